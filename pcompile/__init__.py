@@ -1,0 +1,20 @@
+"""pcompile: compile each torch.compile kernel and graph once for the whole cluster."""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "install", "warming"]
+
+
+def install() -> None:
+    """Route the default inductor backend of this process through pcompile."""
+    from pcompile.inductor.install import install as _install
+
+    _install()
+
+
+def warming() -> bool:
+    """True inside `pcompile warm`: a script can skip work that cannot run on fake tensors."""
+    import os
+
+    return os.environ.get("PCOMPILE_WARMING") == "1"
