@@ -1,0 +1,10 @@
+"""The CLI's commands, one module each; a module registers its own parser."""
+from __future__ import annotations
+
+COMMAND_MODULES: list[str] = [
+    "stats_cmd",
+    "verify_cmd",
+    "gc_cmd",
+    "explain_cmd",
+    "pin_cmd",
+]
