@@ -1,0 +1,104 @@
+"""Probes of the software that changes a compiled binary. Each probe is cached per process.
+
+These are the only places the keys module reads torch/triton internals; each probe returns a
+string and degrades to "unknown:<reason>" instead of raising, so a version that moved an API
+changes keys (a miss) rather than crashing a job. tests/test_keys.py fails loudly on such drift.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+
+
+def python_version() -> str:
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+@functools.cache
+def torch_build() -> str:
+    try:
+        import torch
+
+        return f"{torch.__version__}+git.{torch.version.git_version}"
+    except Exception as exc:  # pragma: no cover - torch is a dependency
+        return f"unknown:{type(exc).__name__}"
+
+
+@functools.cache
+def cuda_version() -> str:
+    try:
+        import torch
+
+        return str(torch.version.cuda or "none")
+    except Exception as exc:  # pragma: no cover
+        return f"unknown:{type(exc).__name__}"
+
+
+@functools.cache
+def cudnn_version() -> str:
+    try:
+        import torch
+
+        if not torch.version.cuda:
+            return "none"
+        return str(torch.backends.cudnn.version())
+    except Exception as exc:
+        return f"unknown:{type(exc).__name__}"
+
+
+@functools.cache
+def triton_build() -> str:
+    """triton's version plus its own content key (sources + libtriton bytes), as Triton's cache uses."""
+    try:
+        import triton
+    except Exception:
+        return "none"
+    try:
+        try:
+            from triton.runtime.cache import triton_key  # triton >= 3.7
+        except ImportError:
+            from triton.compiler.compiler import triton_key  # triton 3.6
+        import xxhash
+
+        return f"{triton.__version__}+{xxhash.xxh3_64_hexdigest(triton_key().encode())}"
+    except Exception as exc:
+        return f"{getattr(triton, '__version__', '?')}+unknown:{type(exc).__name__}"
+
+
+def _ptxas_path() -> str | None:
+    for env in ("TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH"):
+        path = os.environ.get(env)
+        if path and os.path.exists(path):
+            return path
+    try:
+        import triton
+
+        bundled = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+        if os.path.exists(bundled):
+            return bundled
+    except Exception:
+        pass
+    return shutil.which("ptxas")
+
+
+@functools.cache
+def ptxas_version() -> str:
+    path = _ptxas_path()
+    if not path:
+        return "none"
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=20).stdout
+    except Exception as exc:
+        return f"unknown:{type(exc).__name__}"
+    match = re.search(r"release (\S+), V(\S+)", out)
+    return match.group(2) if match else (out.strip().splitlines() or ["unknown"])[-1]
+
+
+def machine() -> str:
+    """CPU architecture only (x86_64, aarch64): C++ kernels add their ISA themselves."""
+    return platform.machine()

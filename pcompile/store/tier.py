@@ -1,0 +1,155 @@
+"""One interface for every tier (local dir, shared FS, Redis, S3), like sccache's Storage trait.
+
+A backend implements six byte-level primitives. Verification, quarantine and the publish order
+(blobs first, manifest last) live here once, so no backend can get them wrong.
+"""
+from __future__ import annotations
+
+import abc
+import logging
+import threading
+from typing import Callable, Iterator
+
+from pcompile.errors import CorruptEntryError
+from pcompile.keys.key import Key
+from pcompile.store.entry import Entry, Manifest, blob_hash, verify_blob
+
+log = logging.getLogger("pcompile.store")
+
+#: Checks a manifest's signature before any blob is read; raises CorruptEntryError. None: no signing.
+TrustCheck = Callable[[Manifest], None]
+#: Returns the manifest with a signature attached. None: publish unsigned.
+Signer = Callable[[Manifest], Manifest]
+
+_reported: set[tuple[str, str]] = set()
+_reported_lock = threading.Lock()
+
+
+def report_once(tier: str, key: str, message: str) -> None:
+    with _reported_lock:
+        if (tier, key) in _reported:
+            return
+        _reported.add((tier, key))
+    log.warning("%s tier: %s; quarantined, will recompile", tier, message)
+
+
+class Tier(abc.ABC):
+    """A place entries live. `kind` is local, shared or remote; `name` labels stats."""
+
+    kind: str = "local"
+    name: str = "local"
+
+    def __init__(self) -> None:
+        self.trust: TrustCheck | None = None
+        self.signer: Signer | None = None
+        self.on_quarantine: Callable[[Key, str], None] | None = None
+
+    # -- primitives a backend implements -------------------------------------------------
+    @abc.abstractmethod
+    def read_manifest(self, key: Key) -> bytes | None: ...
+
+    @abc.abstractmethod
+    def read_blob(self, sha256: str) -> bytes | None: ...
+
+    @abc.abstractmethod
+    def has_blob(self, sha256: str, size: int) -> bool: ...
+
+    @abc.abstractmethod
+    def write_blob(self, sha256: str, data: bytes) -> None:
+        """Atomic and idempotent: a reader sees the whole blob or none."""
+
+    @abc.abstractmethod
+    def write_manifest(self, key: Key, data: bytes) -> None:
+        """Atomic; called only after every blob it names is durable."""
+
+    @abc.abstractmethod
+    def remove(self, key: Key) -> None: ...
+
+    @abc.abstractmethod
+    def keys(self) -> Iterator[Key]: ...
+
+    def quarantine(self, key: Key, reason: str, bad_blob: str | None = None) -> None:
+        """Take a bad entry out of service; backends may keep it aside for inspection."""
+        self.remove(key)
+
+    def touch(self, key: Key) -> None:
+        """Record an access for LRU; optional."""
+
+    def usage(self) -> tuple[int, int]:
+        """(entries, bytes); backends that cannot count cheaply return what they can."""
+        return sum(1 for _ in self.keys()), 0
+
+    def close(self) -> None:
+        pass
+
+    # -- shared logic --------------------------------------------------------------------
+    def get(self, key: Key) -> Entry | None:
+        """A verified entry, or None. Bad entries are quarantined and reported once."""
+        raw = self.read_manifest(key)
+        if raw is None:
+            return None
+        bad_blob: str | None = None
+        try:
+            manifest = Manifest.decode(raw, key)
+            if self.trust is not None:
+                self.trust(manifest)
+            blobs: dict[str, bytes] = {}
+            for name, info in manifest.blobs.items():
+                data = self.read_blob(info["sha256"])
+                if data is not None and (len(data) != info["size"] or blob_hash(data) != info["sha256"]):
+                    bad_blob = info["sha256"]
+                verify_blob(manifest, name, data)
+                blobs[name] = data  # type: ignore[assignment]
+        except CorruptEntryError as exc:
+            self._quarantine(key, str(exc), bad_blob)
+            return None
+        self.touch(key)
+        return manifest.to_entry(blobs)
+
+    def verify(self, key: Key) -> str | None:
+        """The problem with an entry, or None if it is sound. Does not quarantine."""
+        raw = self.read_manifest(key)
+        if raw is None:
+            return "manifest missing"
+        try:
+            manifest = Manifest.decode(raw, key)
+            if self.trust is not None:
+                self.trust(manifest)
+            for name, info in manifest.blobs.items():
+                verify_blob(manifest, name, self.read_blob(info["sha256"]))
+        except CorruptEntryError as exc:
+            return str(exc)
+        return None
+
+    def bad_blob_of(self, key: Key) -> str | None:
+        raw = self.read_manifest(key)
+        try:
+            manifest = Manifest.decode(raw or b"", key)
+        except CorruptEntryError:
+            return None
+        for info in manifest.blobs.values():
+            data = self.read_blob(info["sha256"])
+            if data is not None and (len(data) != info["size"] or blob_hash(data) != info["sha256"]):
+                return info["sha256"]
+        return None
+
+    def _quarantine(self, key: Key, reason: str, bad_blob: str | None) -> None:
+        report_once(self.name, str(key), reason)
+        try:
+            self.quarantine(key, reason, bad_blob)
+        except OSError as exc:  # a read-only mount: still never load it
+            log.debug("could not quarantine %s: %s", key, exc)
+        if self.on_quarantine:
+            self.on_quarantine(key, reason)
+
+    def put(self, entry: Entry) -> Manifest:
+        """Publish: every blob durable first, then the manifest. All or nothing for readers."""
+        manifest = Manifest.for_entry(entry)
+        if self.signer is not None:
+            manifest = self.signer(manifest)
+        for name, data in entry.blobs.items():
+            sha = manifest.blobs[name]["sha256"]
+            if not self.has_blob(sha, len(data)):
+                self.write_blob(sha, data)
+        self.write_manifest(entry.key, manifest.encode())
+        return manifest

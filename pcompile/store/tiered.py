@@ -1,0 +1,229 @@
+"""The store a job talks to: tiers fast to slow, read-through with backfill, single-flight.
+
+Reads try node-local, then shared, then remote; a hit in a slower tier is copied into the faster
+ones. Writes go to every writable tier (slow tiers may wrap themselves in a background writer).
+A tier that fails is logged once and skipped: pcompile never fails a job over its cache.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from pcompile.config import Settings
+from pcompile.errors import PcompileError, StoreWriteError
+from pcompile.keys.key import Key
+from pcompile.store import fsio
+from pcompile.store.entry import Entry
+from pcompile.store.fs_tier import DirectoryTier
+from pcompile.store.lease import Lease, LeaseDir
+from pcompile.store.stats import Stats
+from pcompile.store.tier import Tier
+
+log = logging.getLogger("pcompile.store")
+
+_warned: set[str] = set()
+
+
+def warn_once(tag: str, message: str) -> None:
+    if tag not in _warned:
+        _warned.add(tag)
+        log.warning("%s", message)
+
+
+class Store:
+    def __init__(self, tiers: list[Tier], settings: Settings, stats: Stats | None = None) -> None:
+        if not tiers:
+            raise PcompileError("a store needs at least one tier")
+        self.tiers = tiers
+        self.settings = settings
+        self.stats = stats or Stats(settings.cache_dir / "stats")
+        self.local = tiers[0]
+        # Compile single-flight is coordinated where every participant can see it: the shared
+        # tier if there is one, else this node's local dir.
+        coord = next((t for t in reversed(tiers) if isinstance(t, DirectoryTier)), None)
+        self.leases: LeaseDir | None = (
+            LeaseDir(coord.leases, coord.tmp, timeout=settings.lease_timeout) if coord is not None else None
+        )
+        for tier in tiers:
+            tier.on_quarantine = lambda key, reason, _t=tier: self.stats.add(quarantined=1)
+
+    # -- construction --------------------------------------------------------------------
+    @staticmethod
+    def open(settings: Settings | None = None, *, must_exist: bool = False, writable: bool = False) -> "Store":
+        settings = settings or Settings.from_env()
+        tiers: list[Tier] = [DirectoryTier(settings.cache_dir / "store", "local", create=not must_exist)]
+        if settings.shared_dir is not None:
+            tiers.append(DirectoryTier(settings.shared_dir / "store", "shared", create=not must_exist and not settings.read_only))
+        if settings.remote:
+            from pcompile.store.remote import open_remote  # issue 4: Redis / S3
+
+            tiers.append(open_remote(settings))
+        if writable:
+            for tier in tiers:
+                if isinstance(tier, DirectoryTier) and not os.access(tier.root, os.W_OK):
+                    raise PcompileError(f"{tier.root} is not writable: fix its permissions or choose another directory")
+        store = Store(tiers, settings)
+        try:
+            from pcompile.trust import configure_tiers  # issue 4: signing
+
+            configure_tiers(store)
+        except ImportError:
+            pass
+        return store
+
+    def writable_tiers(self) -> list[Tier]:
+        if self.settings.read_only:
+            return [self.local]
+        return self.tiers
+
+    # -- reads ---------------------------------------------------------------------------
+    def get(self, key: Key, *, record: bool = True) -> Entry | None:
+        for index, tier in enumerate(self.tiers):
+            t0 = time.perf_counter()
+            try:
+                entry = tier.get(key)
+            except Exception as exc:  # a broken tier is a miss, never a failure
+                self.stats.tier(tier.name, errors=1)
+                warn_once(f"read:{tier.name}", f"{tier.name} tier unreadable ({exc.__class__.__name__}: {exc}); continuing without it")
+                continue
+            dt = time.perf_counter() - t0
+            if entry is None:
+                self.stats.tier(tier.name, misses=1, read_seconds=dt)
+                continue
+            self.stats.tier(tier.name, hits=1, read_seconds=dt, bytes_read=entry.size)
+            if index > 0:
+                self._backfill(entry, self.tiers[:index])
+            if record:
+                self.stats.layer(key.layer, hit=True)
+                self.stats.add(saved_seconds=entry.compile_seconds)
+            return entry
+        if record:
+            self.stats.layer(key.layer, hit=False)
+        return None
+
+    def _backfill(self, entry: Entry, tiers: list[Tier]) -> None:
+        for tier in tiers:
+            if tier is not self.local and self.settings.read_only:
+                continue
+            try:
+                tier.put(entry)
+            except OSError as exc:
+                self.stats.tier(tier.name, errors=1)
+                warn_once(f"backfill:{tier.name}", f"could not backfill the {tier.name} tier ({exc.strerror or exc})")
+
+    # -- writes --------------------------------------------------------------------------
+    def put(self, entry: Entry, *, compiled: bool = True) -> bool:
+        """Publish to every writable tier. False (with one warning) if the fast tier refused."""
+        ok = True
+        for tier in self.writable_tiers():
+            t0 = time.perf_counter()
+            try:
+                tier.put(entry)
+                self.stats.tier(tier.name, bytes_written=entry.size, write_seconds=time.perf_counter() - t0)
+            except OSError as exc:
+                self.stats.tier(tier.name, errors=1)
+                self.stats.add(write_errors=1)
+                reason = "disk full" if fsio.is_disk_full(exc) else (exc.strerror or str(exc))
+                warn_once(f"write:{tier.name}", f"cannot write to the {tier.name} cache tier ({reason}); the job goes on without caching there")
+                if tier is self.local:
+                    ok = False
+        if compiled:
+            self.stats.add(compiles=1, compile_seconds=entry.compile_seconds)
+        return ok
+
+    # -- single flight -------------------------------------------------------------------
+    def acquire_or_wait(self, key: Key, *, wait_timeout: float | None = None, poll: float = 0.05) -> Entry | Lease | None:
+        """The entry if someone else produced it, a Lease if this caller must produce it, or None
+        (no coordination possible, or waiting ran past wait_timeout: compile without a lease)."""
+        if self.leases is None:
+            return None
+        limit = time.monotonic() + (wait_timeout if wait_timeout is not None else max(600.0, 10 * self.settings.lease_timeout))
+        waited_from: float | None = None
+        delay = poll
+        while True:
+            try:
+                lease = self.leases.try_acquire(str(key))
+            except OSError as exc:
+                warn_once("lease", f"cannot take compile leases ({exc.strerror or exc}); compiling without single-flight")
+                return None
+            if lease is not None:
+                entry = self.get(key, record=False)  # published while we raced for the lease?
+                if entry is not None:
+                    lease.release()
+                    return entry
+                return lease
+            if waited_from is None:
+                waited_from = time.monotonic()
+                self.stats.add(lease_waits=1)
+            entry = self.get(key, record=False)
+            if entry is not None:
+                self.stats.add(lease_wait_seconds=time.monotonic() - waited_from)
+                return entry
+            if time.monotonic() > limit:
+                warn_once("lease-timeout", f"gave up waiting for another process to compile {key}; compiling here")
+                return None
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.5)
+
+    def get_or_compute(self, key: Key, compute: Callable[[], Entry], *, wait_timeout: float | None = None) -> tuple[Entry, str]:
+        """One compile per key across every process that shares a coordinating tier.
+
+        Returns (entry, outcome) with outcome hit | waited | compiled. Publishing failures are
+        warnings: the caller still gets its freshly compiled entry.
+        """
+        entry = self.get(key, record=False)
+        if entry is not None:
+            self._record_hit(entry)
+            return entry, "hit"
+        got = self.acquire_or_wait(key, wait_timeout=wait_timeout)
+        if isinstance(got, Entry):
+            self._record_hit(got)
+            return got, "waited"
+        self.stats.layer(key.layer, hit=False)
+        try:
+            t0 = time.perf_counter()
+            entry = compute()
+            if not entry.compile_seconds:
+                entry.compile_seconds = time.perf_counter() - t0
+            try:
+                self.put(entry)
+            except StoreWriteError as exc:
+                warn_once("put", str(exc))
+            return entry, "compiled"
+        finally:
+            if isinstance(got, Lease):
+                got.release()
+
+    def _record_hit(self, entry: Entry) -> None:
+        self.stats.layer(entry.key.layer, hit=True)
+        self.stats.add(saved_seconds=entry.compile_seconds)
+
+    # -- housekeeping --------------------------------------------------------------------
+    def close(self) -> None:
+        self.stats.flush()
+        for tier in self.tiers:
+            try:
+                tier.close()
+            except Exception:
+                pass
+
+
+_default: Store | None = None
+_default_lock = threading.Lock()
+
+
+def default_store() -> Store:
+    """The process-wide store from the environment (what the inductor hooks use)."""
+    global _default
+    with _default_lock:
+        if _default is None or _default.settings != Settings.from_env():
+            _default = Store.open(Settings.from_env())
+        return _default
+
+
+def store_root(settings: Settings) -> Path:
+    return settings.cache_dir / "store"
