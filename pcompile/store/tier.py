@@ -98,6 +98,8 @@ class Tier(abc.ABC):
                 data = self.read_blob(info["sha256"])
                 if data is not None and (len(data) != info["size"] or blob_hash(data) != info["sha256"]):
                     bad_blob = info["sha256"]
+                if data is None and self.read_manifest(key) is None:
+                    return None  # removed by GC while we read: a plain miss, not corruption
                 verify_blob(manifest, name, data)
                 blobs[name] = data  # type: ignore[assignment]
         except CorruptEntryError as exc:

@@ -26,6 +26,7 @@ from pcompile.store.tier import Tier
 log = logging.getLogger("pcompile.store")
 
 _warned: set[str] = set()
+_GC_EVERY_PUTS = 200
 
 
 def warn_once(tag: str, message: str) -> None:
@@ -42,6 +43,7 @@ class Store:
         self.settings = settings
         self.stats = stats or Stats(settings.cache_dir / "stats")
         self.local = tiers[0]
+        self._puts = 0
         # Compile single-flight is coordinated where every participant can see it: the shared
         # tier if there is one, else this node's local dir.
         coord = next((t for t in reversed(tiers) if isinstance(t, DirectoryTier)), None)
@@ -133,7 +135,31 @@ class Store:
                     ok = False
         if compiled:
             self.stats.add(compiles=1, compile_seconds=entry.compile_seconds)
+        self._puts += 1
+        if self._puts % _GC_EVERY_PUTS == 1:
+            self._maybe_gc()
         return ok
+
+    def _maybe_gc(self) -> None:
+        """Keep the local tier within its budget, in the background, one collector per node."""
+        local = self.local
+        if not isinstance(local, DirectoryTier):
+            return
+
+        def run() -> None:
+            from pcompile.store.gc import collect_garbage
+
+            leases = LeaseDir(local.leases, local.tmp, timeout=600)
+            try:
+                lease = leases.try_acquire("gc")
+                if lease is None:
+                    return
+                with lease:
+                    collect_garbage(local, max_bytes=self.settings.max_bytes, max_entries=self.settings.max_entries)
+            except Exception as exc:  # GC must never disturb a job
+                log.debug("background gc failed: %s", exc)
+
+        threading.Thread(target=run, name="pcompile-gc", daemon=True).start()
 
     # -- single flight -------------------------------------------------------------------
     def acquire_or_wait(self, key: Key, *, wait_timeout: float | None = None, poll: float = 0.05) -> Entry | Lease | None:

@@ -1,0 +1,59 @@
+"""`pcompile gc`: bring the local (and shared, if writable) tier within budget, LRU first."""
+from __future__ import annotations
+
+import argparse
+import re
+
+from pcompile.cli.common import add_common, emit, open_store
+from pcompile.errors import PcompileError
+from pcompile.store.fs_tier import DirectoryTier
+from pcompile.store.gc import collect_garbage
+
+_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+
+
+def parse_size(text: str) -> int:
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", text.lower())
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size: use bytes or e.g. 500M, 20G")
+    return int(float(match.group(1)) * _UNITS[match.group(2)])
+
+
+def _days(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of days") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("--max-age must be zero or more days")
+    return value
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("gc", help="evict least-recently-used entries down to a budget; pinned entries stay")
+    add_common(p)
+    p.add_argument("--max-bytes", type=parse_size, default=None, help="size budget (default PCOMPILE_MAX_BYTES or 10G)")
+    p.add_argument("--max-entries", type=int, default=None, help="entry budget (default PCOMPILE_MAX_ENTRIES)")
+    p.add_argument("--max-age", type=_days, default=None, help="also drop entries not used for DAYS")
+    p.add_argument("--shared", action="store_true", help="also collect the shared tier (run from one node only)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    store = open_store(args, must_exist=True)
+    max_bytes = args.max_bytes if args.max_bytes is not None else store.settings.max_bytes
+    max_entries = args.max_entries if args.max_entries is not None else store.settings.max_entries
+    results = {}
+    for tier in store.tiers:
+        if not isinstance(tier, DirectoryTier) or (tier.kind == "shared" and not args.shared):
+            continue
+        if tier.kind == "shared" and store.settings.read_only:
+            raise PcompileError("PCOMPILE_READ_ONLY is set: unset it to collect the shared tier")
+        results[tier.name] = collect_garbage(tier, max_bytes=max_bytes, max_entries=max_entries, max_age_days=args.max_age).to_json()
+    lines = [
+        f"{name}: removed {r['entries_removed']} entries and {r['blobs_removed']} blobs, freed {r['bytes_freed']} bytes; "
+        f"{r['entries_after']} entries left ({r['pinned_kept']} pinned)"
+        for name, r in results.items()
+    ]
+    emit(args, results, "\n".join(lines) or "nothing to collect")
+    return 0

@@ -1,0 +1,74 @@
+"""`pcompile stats`: did it hit, what did it save. The --json shape is a contract other tools read."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from pcompile.cli.common import add_common, emit, open_store
+from pcompile.keys.key import LAYERS
+from pcompile.store.stats import collect
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("stats", help="entries, bytes, hits and misses per layer and tier, time spent and saved")
+    add_common(p)
+    p.set_defaults(func=run)
+
+
+def gather(args: argparse.Namespace) -> dict[str, Any]:
+    store = open_store(args, must_exist=False)
+    counters = collect(store.settings.cache_dir / "stats")
+    tiers: dict[str, Any] = {}
+    for tier in store.tiers:
+        entries, size = tier.usage()
+        info = dict(counters["tiers"].get(tier.name, {}))
+        info.update({"kind": tier.kind, "entries": entries, "bytes": size})
+        for name in ("hits", "misses", "bytes_read", "bytes_written", "errors"):
+            info.setdefault(name, 0)
+        reads = info["hits"] + info["misses"]
+        info["mean_read_ms"] = round(1000 * info.get("read_seconds", 0.0) / reads, 3) if reads else 0.0
+        tiers[tier.name] = info
+    local = tiers[store.local.name]
+    layers = {layer: {"hits": counters["layers"].get(layer, {}).get("hits", 0), "misses": counters["layers"].get(layer, {}).get("misses", 0)} for layer in LAYERS}
+    return {
+        "entries": local["entries"],
+        "bytes": local["bytes"],
+        "compiles": counters["compiles"],
+        "compile_seconds": round(counters["compile_seconds"], 3),
+        "saved_seconds": round(counters["saved_seconds"], 3),
+        "quarantined": counters["quarantined"],
+        "write_errors": counters["write_errors"],
+        "lease_waits": counters["lease_waits"],
+        "layers": layers,
+        "tiers": tiers,
+        "cache_dir": str(store.settings.cache_dir),
+    }
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def run(args: argparse.Namespace) -> int:
+    data = gather(args)
+    lines = [
+        f"cache dir       {data['cache_dir']}",
+        f"entries         {data['entries']} ({_human(data['bytes'])})",
+        f"compiles        {data['compiles']} ({data['compile_seconds']:.1f} s compiling, {data['saved_seconds']:.1f} s saved by hits)",
+        "layer           hits   misses  hit rate",
+    ]
+    for layer, c in data["layers"].items():
+        total = c["hits"] + c["misses"]
+        rate = f"{100 * c['hits'] / total:5.1f}%" if total else "    -"
+        lines.append(f"  {layer:<13} {c['hits']:>5} {c['misses']:>8}  {rate}")
+    lines.append("tier            entries   bytes       hits   misses  mean read")
+    for name, t in data["tiers"].items():
+        lines.append(f"  {name:<13} {t['entries']:>7}   {_human(t['bytes']):<10} {t['hits']:>5} {t['misses']:>8}  {t['mean_read_ms']:.2f} ms")
+    if data["quarantined"] or data["write_errors"]:
+        lines.append(f"problems        {data['quarantined']} quarantined, {data['write_errors']} failed writes")
+    emit(args, data, "\n".join(lines))
+    return 0

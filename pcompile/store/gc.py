@@ -1,0 +1,149 @@
+"""Budgets for a directory tier: LRU by last access, pinned entries kept, safe beside live jobs.
+
+Order matters for concurrent readers and writers: manifests go first (a reader then misses
+cleanly), blobs only once no manifest names them AND they are older than a grace period (a
+writer re-publishing a blob refreshes its mtime first, see DirectoryTier.has_blob).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Callable
+
+from pcompile.keys.key import Key
+from pcompile.store.fs_tier import DirectoryTier
+
+BLOB_GRACE_SECONDS = 600.0
+TMP_MAX_AGE_SECONDS = 3600.0
+QUARANTINE_MAX_AGE_SECONDS = 7 * 86400.0
+
+
+@dataclasses.dataclass
+class GcResult:
+    entries_before: int = 0
+    bytes_before: int = 0
+    entries_removed: int = 0
+    blobs_removed: int = 0
+    bytes_freed: int = 0
+    entries_after: int = 0
+    bytes_after: int = 0
+    pinned_kept: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class _Item:
+    key: Key
+    path: Path
+    last_access: float
+    size: int
+    blobs: list[str]
+
+
+def _scan(tier: DirectoryTier) -> tuple[list[_Item], dict[str, int]]:
+    items: list[_Item] = []
+    for key in tier.keys():
+        path = tier.manifest_path(key)
+        try:
+            st = path.stat()
+            body = json.loads(path.read_bytes())
+            blobs = [b["sha256"] for b in body.get("blobs", {}).values()]
+        except (OSError, ValueError, AttributeError, KeyError, TypeError):
+            continue  # vanished or unreadable: verify's business, not GC's
+        items.append(_Item(key, path, max(st.st_atime, st.st_mtime), st.st_size, blobs))
+    blob_sizes: dict[str, int] = {}
+    for dirpath, _dirs, files in os.walk(tier.blobs):
+        for name in files:
+            try:
+                blob_sizes[name] = os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                pass
+    return items, blob_sizes
+
+
+def collect_garbage(
+    tier: DirectoryTier,
+    *,
+    max_bytes: int | None = None,
+    max_entries: int | None = None,
+    max_age_days: float | None = None,
+    blob_grace: float = BLOB_GRACE_SECONDS,
+    progress: Callable[[int], None] | None = None,
+) -> GcResult:
+    now = time.time()
+    items, blob_sizes = _scan(tier)
+    refs: dict[str, int] = {}
+    for item in items:
+        for sha in item.blobs:
+            refs[sha] = refs.get(sha, 0) + 1
+    total = sum(blob_sizes.values()) + sum(i.size for i in items)
+    result = GcResult(entries_before=len(items), bytes_before=total)
+    pinned = tier.pinned()
+    count = len(items)
+    candidates = sorted((i for i in items if str(i.key) not in pinned), key=lambda i: i.last_access)
+    result.pinned_kept = count - len(candidates)
+    cutoff = now - max_age_days * 86400 if max_age_days is not None else None
+
+    for item in candidates:
+        too_old = cutoff is not None and item.last_access < cutoff
+        over = (max_bytes is not None and total > max_bytes) or (max_entries is not None and count > max_entries)
+        if not (too_old or over):
+            if cutoff is None:
+                break
+            continue
+        try:
+            os.unlink(item.path)
+        except FileNotFoundError:
+            continue
+        count -= 1
+        total -= item.size
+        result.entries_removed += 1
+        result.bytes_freed += item.size
+        for sha in item.blobs:
+            refs[sha] -= 1
+            if refs[sha] == 0:
+                total -= blob_sizes.get(sha, 0)  # freed by the sweep below (modulo grace)
+        if progress:
+            progress(1)
+
+    for sha, size in blob_sizes.items():
+        if refs.get(sha, 0) > 0:
+            continue
+        path = tier.blob_path(sha)
+        try:
+            if now - path.stat().st_mtime < blob_grace:
+                continue
+            os.unlink(path)
+        except FileNotFoundError:
+            continue
+        result.blobs_removed += 1
+        result.bytes_freed += size
+
+    _sweep_old(tier.tmp, now - TMP_MAX_AGE_SECONDS)
+    _sweep_old(tier.quarantine_dir, now - QUARANTINE_MAX_AGE_SECONDS)
+    result.entries_after = count
+    result.bytes_after = max(0, result.bytes_before - result.bytes_freed)
+    return result
+
+
+def _sweep_old(directory: Path, cutoff: float) -> None:
+    try:
+        children = list(directory.iterdir())
+    except FileNotFoundError:
+        return
+    for child in children:
+        try:
+            if child.lstat().st_mtime >= cutoff:
+                continue
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink()
+        except OSError:
+            pass
