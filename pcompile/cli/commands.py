@@ -7,4 +7,5 @@ COMMAND_MODULES: list[str] = [
     "gc_cmd",
     "explain_cmd",
     "pin_cmd",
+    "report_cmd",
 ]

@@ -1,0 +1,66 @@
+"""A static picture of the timeline (matplotlib, headless) for READMEs, issues and Slack."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pcompile.errors import PcompileError
+from pcompile.events import style
+from pcompile.events.analysis import Analysis
+
+MAX_ROWS_DRAWN = 60
+
+
+def render(a: Analysis, out: Path) -> Path:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.patches import Patch
+    except ImportError:
+        raise PcompileError("--format png needs matplotlib: pip install 'pcompile[report]' (or pip install matplotlib)") from None
+
+    rows: list[tuple[str, str, int]] = [("critical path", "__critical__", 0)]
+    for lane in a.lanes:
+        for r in range(lane.rows):
+            rows.append((f"{lane.group} / {lane.label}" if r == 0 else "", lane.id, r))
+    rows = rows[:MAX_ROWS_DRAWN]
+    index = {(lane_id, r): i for i, (_, lane_id, r) in enumerate(rows)}
+    fig_h = min(2.2 + 0.22 * len(rows), 30)
+    fig, ax = plt.subplots(figsize=(14, fig_h), dpi=110)
+    per_row: dict[int, tuple[list, list, list]] = {}
+
+    def add(i: int, ev: dict, edge: str) -> None:
+        bars, colors, edges = per_row.setdefault(i, ([], [], []))
+        bars.append((ev["start"], max(ev["dur"], a.wall / 2000 if a.wall else 1e-4)))
+        colors.append(style.color(ev))
+        edges.append(edge)
+
+    for ci in a.critical:
+        add(0, a.events[ci], style.CRITICAL)
+    for ev in a.events:
+        i = index.get((ev.get("lane"), ev.get("row")))
+        if i is not None:
+            add(i, ev, style.CRITICAL if ev.get("critical") else "none")
+    for i, (bars, colors, edges) in per_row.items():
+        ax.broken_barh(bars, (len(rows) - 1 - i - 0.4, 0.8), facecolors=colors, edgecolors=edges, linewidth=0.8)
+    ax.set_yticks([len(rows) - 1 - i for i in range(len(rows))])
+    ax.set_yticklabels([lbl for lbl, _, _ in rows], fontsize=8)
+    ax.set_xlim(0, max(a.wall, 1e-3) * 1.01)
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.set_xlabel("seconds since the job's first compile event")
+    ax.grid(axis="x", color="#e5e9ef", linewidth=0.6)
+    ax.set_axisbelow(True)
+    lines = a.summary_lines()
+    ax.set_title(f"pcompile · job {a.job}\n" + "\n".join(lines[1:4]), fontsize=9, loc="left")
+    legend = [Patch(color=c, label=f"kernel {k}") for k, c in style.OUTCOME_COLORS.items()]
+    legend += [Patch(color=style.KIND_COLORS[k], label=k) for k in ("graph_compile", "dynamo", "aot_autograd",
+                                                                     "inductor_lowering", "lease_wait")]
+    legend.append(Patch(facecolor="white", edgecolor=style.CRITICAL, label="critical path"))
+    ax.legend(handles=legend, fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.12 if len(rows) < 8 else -0.05),
+              frameon=False)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format="png")
+    plt.close(fig)
+    return out
