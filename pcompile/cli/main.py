@@ -34,6 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     except PcompileError as exc:
         sys.stderr.write(f"pcompile: error: {exc}\n")
         return exc.exit_code
+    except OSError as exc:  # an environment problem, not a bug: say which file and why
+        where = f" ({exc.filename})" if exc.filename else ""
+        sys.stderr.write(f"pcompile: error: {exc.strerror or exc}{where}: check the path and its permissions\n")
+        return 2
     except KeyboardInterrupt:
         sys.stderr.write("pcompile: interrupted\n")
         return 130

@@ -40,7 +40,10 @@ class DirectoryTier(Tier):
 
     def _ensure(self, create: bool) -> None:
         marker = self.root / "FORMAT"
-        existing = fsio.read_file(marker)
+        try:
+            existing = fsio.read_file(marker)
+        except OSError as exc:
+            raise PcompileError(f"cannot read the cache in {self.root} ({exc.strerror}): choose another directory") from None
         if existing is not None:
             if existing.decode(errors="replace") != FORMAT_LINE:
                 raise PcompileError(

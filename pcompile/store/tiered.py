@@ -25,25 +25,22 @@ from pcompile.store.tier import Tier
 
 log = logging.getLogger("pcompile.store")
 
-_warned: set[str] = set()
 _GC_EVERY_PUTS = 200
-
-
-def warn_once(tag: str, message: str) -> None:
-    if tag not in _warned:
-        _warned.add(tag)
-        log.warning("%s", message)
 
 
 class Store:
     def __init__(self, tiers: list[Tier], settings: Settings, stats: Stats | None = None) -> None:
         if not tiers:
             raise PcompileError("a store needs at least one tier")
+        from pcompile.logs import setup
+
+        setup()
         self.tiers = tiers
         self.settings = settings
         self.stats = stats or Stats(settings.cache_dir / "stats")
         self.local = tiers[0]
         self._puts = 0
+        self._warned: set[str] = set()
         # Compile single-flight is coordinated where every participant can see it: the shared
         # tier if there is one, else this node's local dir.
         coord = next((t for t in reversed(tiers) if isinstance(t, DirectoryTier)), None)
@@ -52,6 +49,12 @@ class Store:
         )
         for tier in tiers:
             tier.on_quarantine = lambda key, reason, _t=tier: self.stats.add(quarantined=1)
+
+    def warn_once(self, tag: str, message: str) -> None:
+        """One line per problem per store: a flaky tier must not flood a training log."""
+        if tag not in self._warned:
+            self._warned.add(tag)
+            log.warning("%s", message)
 
     # -- construction --------------------------------------------------------------------
     @staticmethod
@@ -90,7 +93,7 @@ class Store:
                 entry = tier.get(key)
             except Exception as exc:  # a broken tier is a miss, never a failure
                 self.stats.tier(tier.name, errors=1)
-                warn_once(f"read:{tier.name}", f"{tier.name} tier unreadable ({exc.__class__.__name__}: {exc}); continuing without it")
+                self.warn_once(f"read:{tier.name}", f"{tier.name} tier unreadable ({exc.__class__.__name__}: {exc}); continuing without it")
                 continue
             dt = time.perf_counter() - t0
             if entry is None:
@@ -115,7 +118,7 @@ class Store:
                 tier.put(entry)
             except OSError as exc:
                 self.stats.tier(tier.name, errors=1)
-                warn_once(f"backfill:{tier.name}", f"could not backfill the {tier.name} tier ({exc.strerror or exc})")
+                self.warn_once(f"backfill:{tier.name}", f"could not backfill the {tier.name} tier ({exc.strerror or exc})")
 
     # -- writes --------------------------------------------------------------------------
     def put(self, entry: Entry, *, compiled: bool = True) -> bool:
@@ -130,7 +133,7 @@ class Store:
                 self.stats.tier(tier.name, errors=1)
                 self.stats.add(write_errors=1)
                 reason = "disk full" if fsio.is_disk_full(exc) else (exc.strerror or str(exc))
-                warn_once(f"write:{tier.name}", f"cannot write to the {tier.name} cache tier ({reason}); the job goes on without caching there")
+                self.warn_once(f"write:{tier.name}", f"cannot write to the {tier.name} cache tier ({reason}); the job goes on without caching there")
                 if tier is self.local:
                     ok = False
         if compiled:
@@ -174,7 +177,7 @@ class Store:
             try:
                 lease = self.leases.try_acquire(str(key))
             except OSError as exc:
-                warn_once("lease", f"cannot take compile leases ({exc.strerror or exc}); compiling without single-flight")
+                self.warn_once("lease", f"cannot take compile leases ({exc.strerror or exc}); compiling without single-flight")
                 return None
             if lease is not None:
                 entry = self.get(key, record=False)  # published while we raced for the lease?
@@ -190,7 +193,7 @@ class Store:
                 self.stats.add(lease_wait_seconds=time.monotonic() - waited_from)
                 return entry
             if time.monotonic() > limit:
-                warn_once("lease-timeout", f"gave up waiting for another process to compile {key}; compiling here")
+                self.warn_once("lease-timeout", f"gave up waiting for another process to compile {key}; compiling here")
                 return None
             time.sleep(delay)
             delay = min(delay * 1.5, 0.5)
@@ -218,7 +221,7 @@ class Store:
             try:
                 self.put(entry)
             except StoreWriteError as exc:
-                warn_once("put", str(exc))
+                self.warn_once("put", str(exc))
             return entry, "compiled"
         finally:
             if isinstance(got, Lease):

@@ -1,0 +1,1047 @@
+/*
+ * pcompile compile-only virtual CUDA device.
+ *
+ * Preloaded (LD_PRELOAD) into the `pcompile warm` process tree only; its SONAME is libcuda.so.1
+ * so every dlopen("libcuda.so.1") in the process (torch's lazy driver stubs, Triton's utilities)
+ * binds here and never to a real driver. It answers the CUDA runtime calls torch makes while no
+ * kernel runs, and the driver calls Inductor/Triton make while loading compiled kernels, from a
+ * device profile captured once on a real board. Kernel launches are counted and swallowed; in
+ * strict mode a launch is an error, because on this device it can only produce garbage.
+ *
+ * No CUDA header is needed: the few types and enum values used are declared below (CUDA 13 ABI).
+ *
+ * Environment:
+ *   PCOMPILE_VDEV_PROFILE  flat profile file written by pcompile (required)
+ *   PCOMPILE_VDEV_STRICT   "1": a native launch fails with a clear error instead of being swallowed
+ *   PCOMPILE_VDEV_STATS    file to append this process's call counts to (one JSON line) at exit
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <pthread.h>
+
+/* ---------------------------------------------------------------- types (CUDA 13 ABI) --- */
+typedef int cudaError_t;
+typedef int CUresult;
+typedef int CUdevice;
+typedef void *CUcontext;
+typedef void *CUmodule;
+typedef void *CUfunction;
+typedef void *CUstream;
+typedef void *cudaStream_t;
+typedef void *cudaEvent_t;
+typedef unsigned long long CUdeviceptr;
+typedef struct { unsigned x, y, z; } dim3;
+
+enum {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorNotSupported = 801,
+  cudaErrorNotPermitted = 800,
+};
+enum {
+  CUDA_SUCCESS = 0,
+  CUDA_ERROR_INVALID_VALUE = 1,
+  CUDA_ERROR_OUT_OF_MEMORY = 2,
+  CUDA_ERROR_INVALID_DEVICE = 101,
+  CUDA_ERROR_INVALID_IMAGE = 200,
+  CUDA_ERROR_INVALID_HANDLE = 400,
+  CUDA_ERROR_NOT_FOUND = 500,
+  CUDA_ERROR_NOT_PERMITTED = 800,
+  CUDA_ERROR_NOT_SUPPORTED = 801,
+};
+/* CUfunction_attribute */
+enum {
+  FA_MAX_THREADS_PER_BLOCK = 0, FA_SHARED_SIZE_BYTES = 1, FA_CONST_SIZE_BYTES = 2,
+  FA_LOCAL_SIZE_BYTES = 3, FA_NUM_REGS = 4, FA_PTX_VERSION = 5, FA_BINARY_VERSION = 6,
+  FA_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
+};
+
+#define PROP_BYTES_MAX 4096
+#define N_ATTRS 256
+/* cudaDeviceProp offsets (CUDA 13.0 layout) used as fallbacks for driver queries. */
+#define OFF_TOTAL_GLOBAL_MEM 288
+#define OFF_MAJOR 360
+#define OFF_MINOR 364
+
+/* ---------------------------------------------------------------- counters --- */
+#define CALLS(X) \
+  X(cudaGetDeviceCount) X(cudaGetDevice) X(cudaSetDevice) X(cudaGetDeviceProperties) \
+  X(cudaDeviceGetAttribute) X(cudaDeviceGetStreamPriorityRange) X(cudaStreamIsCapturing) \
+  X(cudaStreamGetCaptureInfo) X(cudaGetLastError) X(cudaPeekAtLastError) X(cudaMalloc) X(cudaFree) \
+  X(cudaMallocHost) X(cudaHostAlloc) X(cudaFreeHost) X(cudaHostRegister) X(cudaHostUnregister) \
+  X(cudaMemcpy) X(cudaMemcpyAsync) X(cudaMemset) X(cudaMemsetAsync) X(cudaMemGetInfo) \
+  X(cudaStreamSynchronize) X(cudaDeviceSynchronize) X(cudaStreamQuery) X(cudaStreamWaitEvent) \
+  X(cudaStreamCreate) X(cudaStreamDestroy) X(cudaStreamGetPriority) X(cudaEventCreate) \
+  X(cudaEventDestroy) X(cudaEventRecord) X(cudaEventQuery) X(cudaEventSynchronize) \
+  X(cudaEventElapsedTime) X(cudaDriverGetVersion) X(cudaRuntimeGetVersion) \
+  X(cudaThreadExchangeStreamCaptureMode) X(cudaDeviceCanAccessPeer) X(cudaGetDriverEntryPoint) \
+  X(cudaPointerGetAttributes) X(cudaGetErrorString) X(cudaGetErrorName) \
+  X(launch) X(cudaPushCallConfiguration) X(cudaPopCallConfiguration) X(cudaGetKernel) \
+  X(cuInit) X(cuDriverGetVersion) X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetName) \
+  X(cuDeviceTotalMem) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxGetState) \
+  X(cuDevicePrimaryCtxRetain) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice) \
+  X(cuCtxSynchronize) X(cuModuleLoadData) X(cuModuleGetFunction) X(cuModuleUnload) \
+  X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuFuncSetCacheConfig) X(cuGetErrorString) \
+  X(cuLaunchKernel) X(cuOccupancyMaxActiveClusters) X(not_supported)
+
+enum {
+#define ENUM_ENTRY(n) C_##n,
+  CALLS(ENUM_ENTRY)
+#undef ENUM_ENTRY
+  C__COUNT
+};
+static const char *CALL_NAMES[] = {
+#define NAME_ENTRY(n) #n,
+  CALLS(NAME_ENTRY)
+#undef NAME_ENTRY
+};
+static unsigned long long g_counts[C__COUNT];
+#define COUNT(n) __atomic_add_fetch(&g_counts[C_##n], 1, __ATOMIC_RELAXED)
+
+#define MAX_UNSUPPORTED 64
+static const char *g_unsupported_names[MAX_UNSUPPORTED];
+static unsigned long long g_unsupported_counts[MAX_UNSUPPORTED];
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* ---------------------------------------------------------------- profile --- */
+static unsigned char g_prop[PROP_BYTES_MAX];
+static size_t g_prop_len;
+static long long g_attr[N_ATTRS];
+static int g_attr_known[N_ATTRS];
+static char g_name[256] = "pcompile virtual device (no profile)";
+static int g_driver_version = 13000;
+static int g_runtime_version = 13000;
+static int g_profile_ok;
+static int g_strict;
+static int g_ctx_active;
+static int g_ctx_token;
+static __thread cudaError_t t_last_error;
+static __thread dim3 t_grid, t_block;
+static __thread size_t t_shmem;
+static __thread void *t_stream;
+
+static int hexval(int c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+static void load_profile(void) {
+  const char *path = getenv("PCOMPILE_VDEV_PROFILE");
+  if (!path || !*path) {
+    fprintf(stderr, "pcompile vdev: PCOMPILE_VDEV_PROFILE is not set; the virtual device reports no GPU\n");
+    return;
+  }
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    fprintf(stderr, "pcompile vdev: cannot read profile %s; the virtual device reports no GPU\n", path);
+    return;
+  }
+  size_t cap = 16384;
+  char *line = malloc(cap);
+  while (line && fgets(line, (int)cap, f)) {
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
+    if (!strncmp(line, "name ", 5)) {
+      snprintf(g_name, sizeof g_name, "%s", line + 5);
+    } else if (!strncmp(line, "prop ", 5)) {
+      const char *h = line + 5;
+      size_t i = 0;
+      while (h[0] && h[1] && i < PROP_BYTES_MAX) {
+        int a = hexval(h[0]), b = hexval(h[1]);
+        if (a < 0 || b < 0) break;
+        g_prop[i++] = (unsigned char)(a * 16 + b);
+        h += 2;
+      }
+      g_prop_len = i;
+    } else if (!strncmp(line, "attr ", 5)) {
+      int idx;
+      long long v;
+      if (sscanf(line + 5, "%d %lld", &idx, &v) == 2 && idx >= 0 && idx < N_ATTRS) {
+        g_attr[idx] = v;
+        g_attr_known[idx] = 1;
+      }
+    } else if (!strncmp(line, "driver_version ", 15)) {
+      g_driver_version = atoi(line + 15);
+    } else if (!strncmp(line, "runtime_version ", 16)) {
+      g_runtime_version = atoi(line + 16);
+    }
+  }
+  free(line);
+  fclose(f);
+  g_profile_ok = g_prop_len >= 1008;
+  if (!g_profile_ok)
+    fprintf(stderr, "pcompile vdev: profile %s has no full cudaDeviceProp; the virtual device reports no GPU\n", path);
+}
+
+static void dump_stats(void);
+
+__attribute__((constructor)) static void vdev_init(void) {
+  const char *s = getenv("PCOMPILE_VDEV_STRICT");
+  g_strict = s && *s && strcmp(s, "0") != 0;
+  load_profile();
+  atexit(dump_stats);
+}
+
+static int32_t prop_i32(size_t off) {
+  int32_t v;
+  memcpy(&v, g_prop + off, sizeof v);
+  return v;
+}
+
+/* ---------------------------------------------------------------- stats export --- */
+/* Writes {"call": count, ...} into buf; returns the length needed (like snprintf). */
+int pcompile_vdev_stats(char *buf, size_t n) {
+  size_t used = 0;
+  int w;
+#define EMIT(...) do { w = snprintf(buf ? buf + (used < n ? used : n) : NULL, used < n ? n - used : 0, __VA_ARGS__); used += (size_t)w; } while (0)
+  EMIT("{\"pid\": %d, \"strict\": %d, \"profile\": %d", (int)getpid(), g_strict, g_profile_ok);
+  for (int i = 0; i < C__COUNT; i++)
+    if (g_counts[i]) EMIT(", \"%s\": %llu", CALL_NAMES[i], g_counts[i]);
+  pthread_mutex_lock(&g_lock);
+  for (int i = 0; i < MAX_UNSUPPORTED && g_unsupported_names[i]; i++)
+    EMIT(", \"unsupported:%s\": %llu", g_unsupported_names[i], g_unsupported_counts[i]);
+  pthread_mutex_unlock(&g_lock);
+  EMIT("}");
+#undef EMIT
+  return (int)used;
+}
+
+int pcompile_vdev_is_virtual(void) { return 1; }
+
+static void dump_stats(void) {
+  const char *path = getenv("PCOMPILE_VDEV_STATS");
+  if (!path || !*path) return;
+  char buf[8192];
+  int len = pcompile_vdev_stats(buf, sizeof buf);
+  if (len <= 0 || (size_t)len >= sizeof buf) return;
+  FILE *f = fopen(path, "a");
+  if (!f) return;
+  fprintf(f, "%s\n", buf);
+  fclose(f);
+}
+
+static CUresult not_supported(const char *name) {
+  COUNT(not_supported);
+  pthread_mutex_lock(&g_lock);
+  for (int i = 0; i < MAX_UNSUPPORTED; i++) {
+    if (!g_unsupported_names[i]) {
+      g_unsupported_names[i] = name;
+      g_unsupported_counts[i] = 1;
+      break;
+    }
+    if (g_unsupported_names[i] == name || !strcmp(g_unsupported_names[i], name)) {
+      g_unsupported_counts[i]++;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&g_lock);
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* ---------------------------------------------------------------- host-backed memory --- */
+#define HDR 4096
+static void *vmalloc(size_t size) {
+  size_t total = size + HDR;
+  void *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (base == MAP_FAILED) return NULL;
+  *(size_t *)base = total;
+  return (char *)base + HDR;
+}
+static void vfree(void *p) {
+  if (!p) return;
+  char *base = (char *)p - HDR;
+  munmap(base, *(size_t *)base);
+}
+
+/* ---------------------------------------------------------------- launches --- */
+static cudaError_t on_launch(const void *func, const char *what) {
+  COUNT(launch);
+  if (!g_strict) return cudaSuccess;
+  Dl_info info;
+  const char *name = "?";
+  if (func && dladdr(func, &info) && info.dli_sname) name = info.dli_sname;
+  fprintf(stderr,
+          "pcompile vdev (strict): a native CUDA kernel was launched during warm (%s %s); on the virtual "
+          "device it computes nothing, so anything read back from it is garbage\n",
+          what, name);
+  t_last_error = cudaErrorNotPermitted;
+  return cudaErrorNotPermitted;
+}
+
+/* ================================================================ CUDA runtime ==== */
+cudaError_t cudaGetDeviceCount(int *count) {
+  COUNT(cudaGetDeviceCount);
+  if (!count) return cudaErrorInvalidValue;
+  *count = g_profile_ok ? 1 : 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int *dev) {
+  COUNT(cudaGetDevice);
+  if (!dev) return cudaErrorInvalidValue;
+  *dev = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int dev) {
+  COUNT(cudaSetDevice);
+  if (dev != 0 || !g_profile_ok) return cudaErrorInvalidDevice;
+  g_ctx_active = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(void *prop, int dev) {
+  COUNT(cudaGetDeviceProperties);
+  if (!prop) return cudaErrorInvalidValue;
+  if (dev != 0 || !g_profile_ok) return cudaErrorInvalidDevice;
+  memcpy(prop, g_prop, 1008); /* sizeof(cudaDeviceProp) in CUDA 13 headers */
+  return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties_v2(void *prop, int dev) { return cudaGetDeviceProperties(prop, dev); }
+
+cudaError_t cudaDeviceGetAttribute(int *value, int attr, int dev) {
+  COUNT(cudaDeviceGetAttribute);
+  if (!value) return cudaErrorInvalidValue;
+  if (dev != 0 || !g_profile_ok) return cudaErrorInvalidDevice;
+  if (attr < 0 || attr >= N_ATTRS || !g_attr_known[attr]) return cudaErrorInvalidValue;
+  *value = (int)g_attr[attr];
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) {
+  COUNT(cudaDeviceGetStreamPriorityRange);
+  if (least) *least = 0;
+  if (greatest) *greatest = -5;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, int *status) {
+  (void)s;
+  COUNT(cudaStreamIsCapturing);
+  if (status) *status = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamGetCaptureInfo(cudaStream_t s, int *status, unsigned long long *id, void **graph,
+                                     const void **deps, const void **edges, size_t *ndeps) {
+  (void)s;
+  COUNT(cudaStreamGetCaptureInfo);
+  if (status) *status = 0;
+  if (id) *id = 0;
+  if (graph) *graph = NULL;
+  if (deps) *deps = NULL;
+  if (edges) *edges = NULL;
+  if (ndeps) *ndeps = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamGetCaptureInfo_v2(cudaStream_t s, int *st, unsigned long long *id, void **g, const void **d,
+                                        size_t *n) {
+  return cudaStreamGetCaptureInfo(s, st, id, g, d, NULL, n);
+}
+cudaError_t cudaStreamGetCaptureInfo_v3(cudaStream_t s, int *st, unsigned long long *id, void **g, const void **d,
+                                        const void **e, size_t *n) {
+  return cudaStreamGetCaptureInfo(s, st, id, g, d, e, n);
+}
+
+cudaError_t cudaGetLastError(void) {
+  COUNT(cudaGetLastError);
+  cudaError_t e = t_last_error;
+  t_last_error = cudaSuccess;
+  return e;
+}
+
+cudaError_t cudaPeekAtLastError(void) {
+  COUNT(cudaPeekAtLastError);
+  return t_last_error;
+}
+
+cudaError_t cudaMalloc(void **p, size_t size) {
+  COUNT(cudaMalloc);
+  if (!p) return cudaErrorInvalidValue;
+  g_ctx_active = 1;
+  *p = vmalloc(size ? size : 1);
+  if (!*p) {
+    t_last_error = cudaErrorMemoryAllocation;
+    return cudaErrorMemoryAllocation;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *p) {
+  COUNT(cudaFree);
+  g_ctx_active = 1;
+  vfree(p);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void **p, size_t size) {
+  COUNT(cudaMallocHost);
+  if (!p) return cudaErrorInvalidValue;
+  *p = vmalloc(size ? size : 1);
+  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaHostAlloc(void **p, size_t size, unsigned flags) {
+  (void)flags;
+  COUNT(cudaHostAlloc);
+  if (!p) return cudaErrorInvalidValue;
+  *p = vmalloc(size ? size : 1);
+  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFreeHost(void *p) {
+  COUNT(cudaFreeHost);
+  vfree(p);
+  return cudaSuccess;
+}
+cudaError_t cudaHostRegister(void *p, size_t size, unsigned flags) {
+  (void)p; (void)size; (void)flags;
+  COUNT(cudaHostRegister);
+  return cudaSuccess;
+}
+cudaError_t cudaHostUnregister(void *p) {
+  (void)p;
+  COUNT(cudaHostUnregister);
+  return cudaSuccess;
+}
+
+/* Device memory is host memory here, so every copy direction is a plain memmove. */
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, int kind) {
+  (void)kind;
+  COUNT(cudaMemcpy);
+  if (n && dst && src) memmove(dst, src, n);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, cudaStream_t s) {
+  (void)kind; (void)s;
+  COUNT(cudaMemcpyAsync);
+  if (n && dst && src) memmove(dst, src, n);
+  return cudaSuccess;
+}
+cudaError_t cudaMemset(void *dst, int v, size_t n) {
+  COUNT(cudaMemset);
+  if (n && dst) memset(dst, v, n);
+  return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void *dst, int v, size_t n, cudaStream_t s) {
+  (void)s;
+  COUNT(cudaMemsetAsync);
+  if (n && dst) memset(dst, v, n);
+  return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b) {
+  COUNT(cudaMemGetInfo);
+  size_t total = 0;
+  if (g_profile_ok) memcpy(&total, g_prop + OFF_TOTAL_GLOBAL_MEM, sizeof total);
+  if (free_b) *free_b = total;
+  if (total_b) *total_b = total;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t s) { (void)s; COUNT(cudaStreamSynchronize); return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) { COUNT(cudaDeviceSynchronize); return cudaSuccess; }
+cudaError_t cudaStreamQuery(cudaStream_t s) { (void)s; COUNT(cudaStreamQuery); return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned f) {
+  (void)s; (void)e; (void)f;
+  COUNT(cudaStreamWaitEvent);
+  return cudaSuccess;
+}
+
+/* Streams and events are opaque non-null tokens. */
+static void *new_token(void) {
+  void *p = calloc(1, 64);
+  return p;
+}
+cudaError_t cudaStreamCreate(cudaStream_t *s) { COUNT(cudaStreamCreate); if (!s) return cudaErrorInvalidValue; *s = new_token(); return cudaSuccess; }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned f) { (void)f; return cudaStreamCreate(s); }
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned f, int prio) { (void)f; (void)prio; return cudaStreamCreate(s); }
+cudaError_t cudaStreamDestroy(cudaStream_t s) { COUNT(cudaStreamDestroy); free(s); return cudaSuccess; }
+cudaError_t cudaStreamGetPriority(cudaStream_t s, int *prio) { (void)s; COUNT(cudaStreamGetPriority); if (prio) *prio = 0; return cudaSuccess; }
+cudaError_t cudaEventCreate(cudaEvent_t *e) { COUNT(cudaEventCreate); if (!e) return cudaErrorInvalidValue; *e = new_token(); return cudaSuccess; }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned f) { (void)f; return cudaEventCreate(e); }
+cudaError_t cudaEventDestroy(cudaEvent_t e) { COUNT(cudaEventDestroy); free(e); return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { (void)e; (void)s; COUNT(cudaEventRecord); return cudaSuccess; }
+cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned f) { (void)f; return cudaEventRecord(e, s); }
+cudaError_t cudaEventQuery(cudaEvent_t e) { (void)e; COUNT(cudaEventQuery); return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { (void)e; COUNT(cudaEventSynchronize); return cudaSuccess; }
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+  (void)a; (void)b;
+  COUNT(cudaEventElapsedTime);
+  if (ms) *ms = 0.0f;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDriverGetVersion(int *v) { COUNT(cudaDriverGetVersion); if (v) *v = g_driver_version; return cudaSuccess; }
+cudaError_t cudaRuntimeGetVersion(int *v) { COUNT(cudaRuntimeGetVersion); if (v) *v = g_runtime_version; return cudaSuccess; }
+
+cudaError_t cudaThreadExchangeStreamCaptureMode(int *mode) {
+  (void)mode;
+  COUNT(cudaThreadExchangeStreamCaptureMode);
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceCanAccessPeer(int *can, int a, int b) {
+  (void)a; (void)b;
+  COUNT(cudaDeviceCanAccessPeer);
+  if (can) *can = 0;
+  return cudaSuccess;
+}
+
+/* c10's driver-API table asks the runtime for driver entry points: hand out our own. */
+cudaError_t cudaGetDriverEntryPointByVersion(const char *sym, void **fn, unsigned ver, unsigned long long flags,
+                                             int *status) {
+  (void)ver; (void)flags;
+  COUNT(cudaGetDriverEntryPoint);
+  void *p = sym ? dlsym(RTLD_DEFAULT, sym) : NULL;
+  Dl_info info;
+  static int self_anchor;
+  Dl_info self;
+  /* only hand out symbols defined by this library */
+  if (p && dladdr(p, &info) && dladdr(&self_anchor, &self) && info.dli_fbase != self.dli_fbase) p = NULL;
+  if (fn) *fn = p;
+  if (status) *status = p ? 0 : 1;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDriverEntryPoint(const char *sym, void **fn, unsigned long long flags, int *status) {
+  return cudaGetDriverEntryPointByVersion(sym, fn, 13000, flags, status);
+}
+
+cudaError_t cudaPointerGetAttributes(void *attrs, const void *ptr) {
+  (void)ptr;
+  COUNT(cudaPointerGetAttributes);
+  /* struct cudaPointerAttributes { int type; int device; void *devicePointer; void *hostPointer; } */
+  if (!attrs) return cudaErrorInvalidValue;
+  memset(attrs, 0, 24);
+  ((int *)attrs)[0] = 2; /* cudaMemoryTypeDevice */
+  ((int *)attrs)[1] = 0;
+  ((void **)attrs)[1] = (void *)ptr;
+  return cudaSuccess;
+}
+
+static const char *STRICT_MSG =
+    "pcompile virtual device (strict mode): a native CUDA kernel was launched while warming; it computes "
+    "nothing here, so its result would be garbage. Run this step on CPU, or drop --strict to only count it";
+
+const char *cudaGetErrorString(cudaError_t e) {
+  COUNT(cudaGetErrorString);
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidDevice: return "invalid device ordinal (pcompile virtual device)";
+    case cudaErrorNotPermitted: return STRICT_MSG;
+    case cudaErrorNotSupported: return "operation not supported on the pcompile virtual device";
+    default: return "unknown error (pcompile virtual device)";
+  }
+}
+const char *cudaGetErrorName(cudaError_t e) {
+  COUNT(cudaGetErrorName);
+  switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorNotPermitted: return "cudaErrorNotPermitted";
+    case cudaErrorNotSupported: return "cudaErrorNotSupported";
+    default: return "cudaErrorUnknown";
+  }
+}
+
+/* ---- launch ABI used by nvcc-generated host stubs (<<<...>>>) --- */
+unsigned __cudaPushCallConfiguration(dim3 grid, dim3 block, size_t shmem, void *stream) {
+  COUNT(cudaPushCallConfiguration);
+  t_grid = grid;
+  t_block = block;
+  t_shmem = shmem;
+  t_stream = stream;
+  return 0;
+}
+cudaError_t __cudaPopCallConfiguration(dim3 *grid, dim3 *block, size_t *shmem, void *stream) {
+  COUNT(cudaPopCallConfiguration);
+  if (grid) *grid = t_grid;
+  if (block) *block = t_block;
+  if (shmem) *shmem = t_shmem;
+  if (stream) *(void **)stream = t_stream;
+  return cudaSuccess;
+}
+/* The kernel handle is the host stub's address, so strict mode can name the kernel. */
+cudaError_t __cudaGetKernel(void **kernel, const void *entry) {
+  COUNT(cudaGetKernel);
+  if (kernel) *kernel = (void *)entry;
+  return cudaSuccess;
+}
+cudaError_t __cudaLaunchKernel(const void *kernel, dim3 grid, dim3 block, void **args, size_t shmem, cudaStream_t s) {
+  (void)grid; (void)block; (void)args; (void)shmem; (void)s;
+  return on_launch(kernel, "kernel");
+}
+cudaError_t __cudaLaunchKernel_ptsz(const void *kernel, dim3 grid, dim3 block, void **args, size_t shmem,
+                                    cudaStream_t s) {
+  return __cudaLaunchKernel(kernel, grid, block, args, shmem, s);
+}
+cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **args, size_t shmem, cudaStream_t s) {
+  (void)grid; (void)block; (void)args; (void)shmem; (void)s;
+  return on_launch(func, "kernel");
+}
+cudaError_t cudaLaunchKernelExC(const void *config, const void *func, void **args) {
+  (void)config; (void)args;
+  return on_launch(func, "kernel");
+}
+
+/* ================================================================ CUDA driver ==== */
+CUresult cuInit(unsigned flags) { (void)flags; COUNT(cuInit); return g_profile_ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE; }
+CUresult cuDriverGetVersion(int *v) { COUNT(cuDriverGetVersion); if (v) *v = g_driver_version; return CUDA_SUCCESS; }
+CUresult cuDeviceGetCount(int *n) { COUNT(cuDeviceGetCount); if (n) *n = g_profile_ok ? 1 : 0; return CUDA_SUCCESS; }
+CUresult cuDeviceGet(CUdevice *d, int ordinal) {
+  COUNT(cuDeviceGet);
+  if (ordinal != 0 || !g_profile_ok) return CUDA_ERROR_INVALID_DEVICE;
+  if (d) *d = 0;
+  return CUDA_SUCCESS;
+}
+CUresult cuDeviceGetName(char *name, int len, CUdevice d) {
+  (void)d;
+  COUNT(cuDeviceGetName);
+  if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  snprintf(name, (size_t)len, "%s", g_name);
+  return CUDA_SUCCESS;
+}
+CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d) {
+  (void)d;
+  COUNT(cuDeviceTotalMem);
+  if (!bytes) return CUDA_ERROR_INVALID_VALUE;
+  memcpy(bytes, g_prop + OFF_TOTAL_GLOBAL_MEM, sizeof *bytes);
+  return CUDA_SUCCESS;
+}
+CUresult cuDeviceTotalMem(size_t *bytes, CUdevice d) { return cuDeviceTotalMem_v2(bytes, d); }
+CUresult cuDeviceGetAttribute(int *value, int attr, CUdevice d) {
+  COUNT(cuDeviceGetAttribute);
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  if (d != 0 || !g_profile_ok) return CUDA_ERROR_INVALID_DEVICE;
+  if (attr < 0 || attr >= N_ATTRS || !g_attr_known[attr]) return CUDA_ERROR_INVALID_VALUE;
+  *value = (int)g_attr[attr];
+  return CUDA_SUCCESS;
+}
+CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice d) {
+  (void)d;
+  if (major) *major = prop_i32(OFF_MAJOR);
+  if (minor) *minor = prop_i32(OFF_MINOR);
+  return CUDA_SUCCESS;
+}
+CUresult cuDevicePrimaryCtxGetState(CUdevice d, unsigned *flags, int *active) {
+  (void)d;
+  COUNT(cuDevicePrimaryCtxGetState);
+  if (flags) *flags = 0;
+  if (active) *active = g_ctx_active;
+  return CUDA_SUCCESS;
+}
+CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice d) {
+  (void)d;
+  COUNT(cuDevicePrimaryCtxRetain);
+  g_ctx_active = 1;
+  if (ctx) *ctx = &g_ctx_token;
+  return CUDA_SUCCESS;
+}
+CUresult cuDevicePrimaryCtxRelease(CUdevice d) { (void)d; return CUDA_SUCCESS; }
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) { (void)d; return CUDA_SUCCESS; }
+CUresult cuCtxGetCurrent(CUcontext *ctx) {
+  COUNT(cuCtxGetCurrent);
+  if (ctx) *ctx = g_ctx_active ? (CUcontext)&g_ctx_token : NULL;
+  return CUDA_SUCCESS;
+}
+CUresult cuCtxSetCurrent(CUcontext ctx) {
+  COUNT(cuCtxSetCurrent);
+  if (ctx) g_ctx_active = 1;
+  return CUDA_SUCCESS;
+}
+CUresult cuCtxGetDevice(CUdevice *d) { COUNT(cuCtxGetDevice); if (d) *d = 0; return CUDA_SUCCESS; }
+CUresult cuCtxSynchronize(void) { COUNT(cuCtxSynchronize); return CUDA_SUCCESS; }
+CUresult cuCtxPushCurrent(CUcontext c) { (void)c; return CUDA_SUCCESS; }
+CUresult cuCtxPushCurrent_v2(CUcontext c) { (void)c; return CUDA_SUCCESS; }
+CUresult cuCtxPopCurrent(CUcontext *c) { if (c) *c = &g_ctx_token; return CUDA_SUCCESS; }
+CUresult cuCtxPopCurrent_v2(CUcontext *c) { if (c) *c = &g_ctx_token; return CUDA_SUCCESS; }
+CUresult cuCtxGetLimit(size_t *v, int limit) { (void)limit; if (v) *v = 0; return CUDA_SUCCESS; }
+CUresult cuCtxSetLimit(int limit, size_t v) { (void)limit; (void)v; return CUDA_SUCCESS; }
+
+CUresult cuGetErrorString(CUresult e, const char **s) {
+  COUNT(cuGetErrorString);
+  if (!s) return CUDA_ERROR_INVALID_VALUE;
+  switch (e) {
+    case CUDA_SUCCESS: *s = "no error"; break;
+    case CUDA_ERROR_NOT_SUPPORTED: *s = "operation not supported on the pcompile virtual device"; break;
+    case CUDA_ERROR_NOT_PERMITTED: *s = STRICT_MSG; break;
+    case CUDA_ERROR_INVALID_IMAGE: *s = "device kernel image is invalid (pcompile virtual device reads cubin ELF only)"; break;
+    case CUDA_ERROR_NOT_FOUND: *s = "named symbol not found"; break;
+    default: *s = "error (pcompile virtual device)"; break;
+  }
+  return CUDA_SUCCESS;
+}
+CUresult cuGetErrorName(CUresult e, const char **s) {
+  if (!s) return CUDA_ERROR_INVALID_VALUE;
+  *s = e == CUDA_SUCCESS ? "CUDA_SUCCESS" : e == CUDA_ERROR_NOT_SUPPORTED ? "CUDA_ERROR_NOT_SUPPORTED" : "CUDA_ERROR";
+  return CUDA_SUCCESS;
+}
+
+/* ---- cubin ELF parsing: the numbers ptxas decided, as the real driver reports them --- */
+typedef struct {
+  unsigned char *image;
+  size_t size;
+  unsigned elf_flags;
+} vmodule;
+
+typedef struct {
+  vmodule *mod;
+  int regs;
+  int frame;
+  int max_threads;
+  int static_smem;
+  int const_size;
+  int binary_version;
+} vfunction;
+
+#pragma pack(push, 1)
+typedef struct {
+  unsigned char e_ident[16];
+  uint16_t e_type, e_machine;
+  uint32_t e_version;
+  uint64_t e_entry, e_phoff, e_shoff;
+  uint32_t e_flags;
+  uint16_t e_ehsize, e_phentsize, e_phnum, e_shentsize, e_shnum, e_shstrndx;
+} Elf64Hdr;
+typedef struct {
+  uint32_t sh_name, sh_type;
+  uint64_t sh_flags, sh_addr, sh_offset, sh_size;
+  uint32_t sh_link, sh_info;
+  uint64_t sh_addralign, sh_entsize;
+} Elf64Shdr;
+typedef struct {
+  uint32_t st_name;
+  unsigned char st_info, st_other;
+  uint16_t st_shndx;
+  uint64_t st_value, st_size;
+} Elf64Sym;
+#pragma pack(pop)
+
+#define SHT_SYMTAB 2
+#define EIATTR_MAX_THREADS 0x05
+#define EIATTR_REQNTID 0x10
+#define EIATTR_FRAME_SIZE 0x11
+#define EIATTR_REGCOUNT 0x2f
+#define EIFMT_NVAL 0x01
+#define EIFMT_BVAL 0x02
+#define EIFMT_HVAL 0x03
+#define EIFMT_SVAL 0x04
+
+static size_t elf_extent(const unsigned char *img) {
+  const Elf64Hdr *h = (const Elf64Hdr *)img;
+  size_t end = h->e_shoff + (size_t)h->e_shnum * h->e_shentsize;
+  size_t ph_end = h->e_phoff + (size_t)h->e_phnum * h->e_phentsize;
+  if (ph_end > end) end = ph_end;
+  for (unsigned i = 0; i < h->e_shnum; i++) {
+    const Elf64Shdr *s = (const Elf64Shdr *)(img + h->e_shoff + (size_t)i * h->e_shentsize);
+    if (s->sh_type != 8 /* NOBITS */ && s->sh_offset + s->sh_size > end) end = s->sh_offset + s->sh_size;
+  }
+  return end;
+}
+
+static const Elf64Shdr *elf_section(const vmodule *m, unsigned i) {
+  const Elf64Hdr *h = (const Elf64Hdr *)m->image;
+  if (i >= h->e_shnum) return NULL;
+  return (const Elf64Shdr *)(m->image + h->e_shoff + (size_t)i * h->e_shentsize);
+}
+
+static const char *elf_section_name(const vmodule *m, const Elf64Shdr *s) {
+  const Elf64Hdr *h = (const Elf64Hdr *)m->image;
+  const Elf64Shdr *strs = elf_section(m, h->e_shstrndx);
+  if (!strs || s->sh_name >= strs->sh_size) return "";
+  return (const char *)(m->image + strs->sh_offset + s->sh_name);
+}
+
+static const Elf64Shdr *elf_find_section(const vmodule *m, const char *name) {
+  const Elf64Hdr *h = (const Elf64Hdr *)m->image;
+  for (unsigned i = 0; i < h->e_shnum; i++) {
+    const Elf64Shdr *s = elf_section(m, i);
+    if (s && !strcmp(elf_section_name(m, s), name)) return s;
+  }
+  return NULL;
+}
+
+/* Walks an .nv.info-style attribute list; calls fn for each record. */
+typedef void (*eiattr_fn)(int attr, const unsigned char *val, unsigned len, void *ctx);
+static void walk_nvinfo(const vmodule *m, const Elf64Shdr *s, eiattr_fn fn, void *ctx) {
+  if (!s) return;
+  const unsigned char *p = m->image + s->sh_offset, *end = p + s->sh_size;
+  while (p + 2 <= end) {
+    int fmt = p[0], attr = p[1];
+    p += 2;
+    unsigned len = 0;
+    if (fmt == EIFMT_NVAL) len = 0;
+    else if (fmt == EIFMT_BVAL) len = 1;
+    else if (fmt == EIFMT_HVAL) len = 2;
+    else if (fmt == EIFMT_SVAL) {
+      if (p + 2 > end) break;
+      len = (unsigned)(p[0] | (p[1] << 8));
+      p += 2;
+    } else break;
+    if (p + len > end) break;
+    fn(attr, p, len, ctx);
+    p += len;
+  }
+}
+
+struct global_ctx { uint32_t sym; vfunction *f; };
+static void on_global_attr(int attr, const unsigned char *v, unsigned len, void *vctx) {
+  struct global_ctx *c = vctx;
+  if (len < 8) return;
+  uint32_t sym, val;
+  memcpy(&sym, v, 4);
+  memcpy(&val, v + 4, 4);
+  if (sym != c->sym) return;
+  if (attr == EIATTR_REGCOUNT) c->f->regs = (int)val;
+  else if (attr == EIATTR_FRAME_SIZE) c->f->frame = (int)val;
+}
+static void on_func_attr(int attr, const unsigned char *v, unsigned len, void *vctx) {
+  vfunction *f = vctx;
+  if ((attr == EIATTR_MAX_THREADS || attr == EIATTR_REQNTID) && len >= 12) {
+    uint32_t x, y, z;
+    memcpy(&x, v, 4); memcpy(&y, v + 4, 4); memcpy(&z, v + 8, 4);
+    long long n = (long long)(x ? x : 1) * (y ? y : 1) * (z ? z : 1);
+    if (n > 0 && (f->max_threads == 0 || n < f->max_threads)) f->max_threads = (int)n;
+  }
+}
+
+/* Register-file limit on threads per block, as the hardware allocates: per warp, in units of 256. */
+static int reg_limited_threads(int regs) {
+  int regs_per_block = g_attr_known[12] ? (int)g_attr[12] : 65536; /* MAX_REGISTERS_PER_BLOCK */
+  int max_block = g_attr_known[1] ? (int)g_attr[1] : 1024;         /* MAX_THREADS_PER_BLOCK */
+  if (regs <= 0) return max_block;
+  int per_warp = ((regs * 32 + 255) / 256) * 256;
+  int warps = regs_per_block / per_warp;
+  int t = warps * 32;
+  return t < max_block ? t : max_block;
+}
+
+static CUresult load_module(CUmodule *out, const void *image) {
+  if (!out || !image) return CUDA_ERROR_INVALID_VALUE;
+  const unsigned char *img = image;
+  if (memcmp(img, "\x7f" "ELF", 4) != 0 || img[4] != 2 /* ELFCLASS64 */) return CUDA_ERROR_INVALID_IMAGE;
+  size_t size = elf_extent(img);
+  vmodule *m = calloc(1, sizeof *m);
+  if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
+  m->image = malloc(size);
+  if (!m->image) { free(m); return CUDA_ERROR_OUT_OF_MEMORY; }
+  memcpy(m->image, img, size);
+  m->size = size;
+  m->elf_flags = ((const Elf64Hdr *)img)->e_flags;
+  g_ctx_active = 1;
+  *out = m;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuModuleLoadData(CUmodule *out, const void *image) {
+  COUNT(cuModuleLoadData);
+  return load_module(out, image);
+}
+CUresult cuModuleLoadDataEx(CUmodule *out, const void *image, unsigned n, void *opts, void **vals) {
+  (void)n; (void)opts; (void)vals;
+  COUNT(cuModuleLoadData);
+  return load_module(out, image);
+}
+CUresult cuModuleLoad(CUmodule *out, const char *path) {
+  COUNT(cuModuleLoadData);
+  FILE *f = path ? fopen(path, "rb") : NULL;
+  if (!f) return CUDA_ERROR_NOT_FOUND;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  unsigned char *buf = n > 0 ? malloc((size_t)n) : NULL;
+  CUresult r = CUDA_ERROR_INVALID_IMAGE;
+  if (buf && fread(buf, 1, (size_t)n, f) == (size_t)n && n >= (long)sizeof(Elf64Hdr)) r = load_module(out, buf);
+  free(buf);
+  fclose(f);
+  return r;
+}
+CUresult cuModuleUnload(CUmodule mod) {
+  COUNT(cuModuleUnload);
+  vmodule *m = mod;
+  if (m) { free(m->image); free(m); }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuModuleGetFunction(CUfunction *out, CUmodule mod, const char *name) {
+  COUNT(cuModuleGetFunction);
+  vmodule *m = mod;
+  if (!out || !m || !name) return CUDA_ERROR_INVALID_VALUE;
+  const Elf64Hdr *h = (const Elf64Hdr *)m->image;
+  uint32_t sym_index = 0;
+  int found = 0;
+  for (unsigned i = 0; i < h->e_shnum && !found; i++) {
+    const Elf64Shdr *s = elf_section(m, i);
+    if (!s || s->sh_type != SHT_SYMTAB || !s->sh_entsize) continue;
+    const Elf64Shdr *strs = elf_section(m, s->sh_link);
+    if (!strs) continue;
+    size_t n = s->sh_size / s->sh_entsize;
+    for (size_t k = 0; k < n; k++) {
+      const Elf64Sym *sym = (const Elf64Sym *)(m->image + s->sh_offset + k * s->sh_entsize);
+      if (sym->st_name < strs->sh_size && (sym->st_info & 0xf) == 2 /* STT_FUNC */ &&
+          !strcmp((const char *)(m->image + strs->sh_offset + sym->st_name), name)) {
+        sym_index = (uint32_t)k;
+        found = 1;
+        break;
+      }
+    }
+  }
+  if (!found) return CUDA_ERROR_NOT_FOUND;
+  vfunction *f = calloc(1, sizeof *f);
+  if (!f) return CUDA_ERROR_OUT_OF_MEMORY;
+  f->mod = m;
+  f->binary_version = (int)(m->elf_flags & 0xff);
+  struct global_ctx gctx = {sym_index, f};
+  walk_nvinfo(m, elf_find_section(m, ".nv.info"), on_global_attr, &gctx);
+  char sec[512];
+  snprintf(sec, sizeof sec, ".nv.info.%s", name);
+  walk_nvinfo(m, elf_find_section(m, sec), on_func_attr, f);
+  int reg_limit = reg_limited_threads(f->regs);
+  if (f->max_threads == 0 || reg_limit < f->max_threads) f->max_threads = reg_limit;
+  snprintf(sec, sizeof sec, ".nv.shared.%s", name);
+  const Elf64Shdr *sh = elf_find_section(m, sec);
+  f->static_smem = sh ? (int)sh->sh_size : 0;
+  snprintf(sec, sizeof sec, ".nv.constant0.%s", name);
+  sh = elf_find_section(m, sec);
+  f->const_size = 0; /* user __constant__ data lives in .nv.constant3; bank 0 is parameters */
+  (void)sh;
+  *out = f;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuFuncGetAttribute(int *value, int attr, CUfunction fn) {
+  COUNT(cuFuncGetAttribute);
+  vfunction *f = fn;
+  if (!value || !f) return CUDA_ERROR_INVALID_VALUE;
+  switch (attr) {
+    case FA_MAX_THREADS_PER_BLOCK: *value = f->max_threads; break;
+    case FA_SHARED_SIZE_BYTES: *value = f->static_smem; break;
+    case FA_CONST_SIZE_BYTES: *value = f->const_size; break;
+    case FA_LOCAL_SIZE_BYTES: *value = f->frame; break;
+    case FA_NUM_REGS: *value = f->regs; break;
+    case FA_PTX_VERSION: *value = f->binary_version; break;
+    case FA_BINARY_VERSION: *value = f->binary_version; break;
+    case FA_MAX_DYNAMIC_SHARED_SIZE_BYTES: {
+      int optin = g_attr_known[97] ? (int)g_attr[97] : 232448; /* MAX_SHARED_MEMORY_PER_BLOCK_OPTIN */
+      *value = optin - f->static_smem;
+      break;
+    }
+    default: *value = 0; break;
+  }
+  return CUDA_SUCCESS;
+}
+CUresult cuFuncSetAttribute(CUfunction fn, int attr, int value) {
+  (void)fn; (void)attr; (void)value;
+  COUNT(cuFuncSetAttribute);
+  return CUDA_SUCCESS;
+}
+CUresult cuFuncSetCacheConfig(CUfunction fn, int cfg) {
+  (void)fn; (void)cfg;
+  COUNT(cuFuncSetCacheConfig);
+  return CUDA_SUCCESS;
+}
+CUresult cuOccupancyMaxActiveClusters(int *n, CUfunction fn, const void *cfg) {
+  (void)fn; (void)cfg;
+  COUNT(cuOccupancyMaxActiveClusters);
+  if (n) *n = 1;
+  return CUDA_SUCCESS;
+}
+
+/* Driver-level launches (Triton's launcher, torch's static launcher): counted, swallowed. */
+CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned shmem, CUstream s, void **params, void **extra) {
+  (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)s; (void)params; (void)extra;
+  COUNT(cuLaunchKernel);
+  return on_launch(NULL, "driver kernel") == cudaSuccess ? CUDA_SUCCESS : CUDA_ERROR_NOT_PERMITTED;
+}
+CUresult cuLaunchKernelEx(const void *cfg, CUfunction f, void **params, void **extra) {
+  (void)cfg; (void)f; (void)params; (void)extra;
+  COUNT(cuLaunchKernel);
+  return on_launch(NULL, "driver kernel") == cudaSuccess ? CUDA_SUCCESS : CUDA_ERROR_NOT_PERMITTED;
+}
+CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                   unsigned bz, unsigned shmem, CUstream s, void **params) {
+  return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params, NULL);
+}
+
+/* Everything else a linked or dlsym'ing caller might name: present, counted, and refused. */
+#define UNSUPPORTED(n) CUresult n(void) { return not_supported(#n); }
+UNSUPPORTED(cuGetProcAddress)
+UNSUPPORTED(cuGetProcAddress_v2)
+UNSUPPORTED(cuGetExportTable)
+UNSUPPORTED(cuDeviceGetUuid)
+UNSUPPORTED(cuDeviceGetUuid_v2)
+UNSUPPORTED(cuPointerGetAttribute)
+UNSUPPORTED(cuPointerGetAttributes)
+UNSUPPORTED(cuTensorMapEncodeTiled)
+UNSUPPORTED(cuTensorMapEncodeIm2col)
+UNSUPPORTED(cuOccupancyMaxActiveBlocksPerMultiprocessor)
+UNSUPPORTED(cuLinkCreate)
+UNSUPPORTED(cuLinkCreate_v2)
+UNSUPPORTED(cuLinkAddData)
+UNSUPPORTED(cuLinkAddData_v2)
+UNSUPPORTED(cuLinkComplete)
+UNSUPPORTED(cuLinkDestroy)
+UNSUPPORTED(cuModuleGetGlobal)
+UNSUPPORTED(cuModuleGetGlobal_v2)
+UNSUPPORTED(cuMemAlloc)
+UNSUPPORTED(cuMemAlloc_v2)
+UNSUPPORTED(cuMemFree)
+UNSUPPORTED(cuMemFree_v2)
+UNSUPPORTED(cuMemcpyHtoD)
+UNSUPPORTED(cuMemcpyHtoD_v2)
+UNSUPPORTED(cuMemcpyDtoH)
+UNSUPPORTED(cuMemcpyDtoH_v2)
+UNSUPPORTED(cuMemsetD32Async)
+UNSUPPORTED(cuMemGetAddressRange)
+UNSUPPORTED(cuMemGetAddressRange_v2)
+UNSUPPORTED(cuMemAddressReserve)
+UNSUPPORTED(cuMemAddressFree)
+UNSUPPORTED(cuMemCreate)
+UNSUPPORTED(cuMemRelease)
+UNSUPPORTED(cuMemMap)
+UNSUPPORTED(cuMemUnmap)
+UNSUPPORTED(cuMemSetAccess)
+UNSUPPORTED(cuMemGetAllocationGranularity)
+UNSUPPORTED(cuMemGetAllocationPropertiesFromHandle)
+UNSUPPORTED(cuMemRetainAllocationHandle)
+UNSUPPORTED(cuMemExportToShareableHandle)
+UNSUPPORTED(cuMemImportFromShareableHandle)
+UNSUPPORTED(cuStreamWriteValue32)
+UNSUPPORTED(cuStreamWriteValue32_v2)
+UNSUPPORTED(cuMulticastCreate)
+UNSUPPORTED(cuMulticastAddDevice)
+UNSUPPORTED(cuMulticastBindMem)
+UNSUPPORTED(cuMulticastUnbind)
+UNSUPPORTED(cuGreenCtxCreate)
+UNSUPPORTED(cuGreenCtxDestroy)
+UNSUPPORTED(cuGreenCtxStreamCreate)
+UNSUPPORTED(cuCtxFromGreenCtx)
+UNSUPPORTED(cuDeviceGetDevResource)
+UNSUPPORTED(cuDevResourceGenerateDesc)
+UNSUPPORTED(cuDevSmResourceSplitByCount)
+UNSUPPORTED(cuLogsRegisterCallback)
+UNSUPPORTED(cuLogsUnregisterCallback)
+UNSUPPORTED(cuCtxCreate)
+UNSUPPORTED(cuCtxCreate_v2)
+UNSUPPORTED(cuCtxDestroy)
+UNSUPPORTED(cuCtxDestroy_v2)
+UNSUPPORTED(cuStreamCreate)
+UNSUPPORTED(cuStreamSynchronize)
+UNSUPPORTED(cuDeviceGetPCIBusId)
+UNSUPPORTED(cuDeviceGetByPCIBusId)
+UNSUPPORTED(cuModuleGetLoadingMode)
+UNSUPPORTED(cuLibraryLoadData)
+UNSUPPORTED(cuLibraryGetKernel)
+UNSUPPORTED(cuLibraryUnload)
+UNSUPPORTED(cuKernelGetFunction)

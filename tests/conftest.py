@@ -1,0 +1,55 @@
+"""Shared fixtures: isolated cache dirs per test, and a helper to run real child processes."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def cache_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """PCOMPILE_* pointing into tmp_path, set in this process and returned for children."""
+    env = {
+        "PCOMPILE_CACHE_DIR": str(tmp_path / "cache"),
+        "PCOMPILE_SHARED_DIR": str(tmp_path / "shared"),
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("PCOMPILE_REMOTE", raising=False)
+    monkeypatch.delenv("PCOMPILE_READ_ONLY", raising=False)
+    return env
+
+
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra or {})
+    return env
+
+
+def run_py(code: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run a Python snippet in a fresh interpreter; returns the completed process (text)."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=child_env(env), cwd=cwd, capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def spawn_py(code: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=child_env(env), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pcompile.cli.main", *args],
+        env=child_env(env), capture_output=True, text=True, timeout=timeout,
+    )
