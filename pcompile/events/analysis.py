@@ -36,7 +36,7 @@ class Analysis:
     wall: float
     events: list[dict]
     lanes: list[Lane]
-    critical: list[int]
+    critical: list[dict]
     critical_by_kind: dict[str, float]
     phases: dict[str, dict[str, float]]
     outcomes: dict[str, dict[str, int]]
@@ -106,9 +106,10 @@ def analyze(events: list[dict], job: str = "?", path: str | Path = "", bad_lines
     lanes = _layout(evs)
     critical = _critical_path(evs)
     crit_kind: dict[str, float] = defaultdict(float)
-    for i in critical:
-        evs[i]["critical"] = True
-        crit_kind[evs[i]["kind"]] += evs[i]["dur"]
+    for seg in critical:
+        if not seg["self"]:
+            evs[seg["idx"]]["critical"] = True
+        crit_kind[seg["kind"]] += seg["end"] - seg["start"]
     return Analysis(
         job=job, path=str(path), bad_lines=bad_lines, t0=t0, wall=wall, events=evs, lanes=lanes,
         critical=critical, critical_by_kind=dict(sorted(crit_kind.items(), key=lambda kv: -kv[1])),
@@ -164,17 +165,29 @@ def _layout(evs: list[dict]) -> list[Lane]:
     return lanes
 
 
-def _critical_path(evs: list[dict]) -> list[int]:
+def _critical_path(evs: list[dict]) -> list[dict]:
+    """Segments of the critical path, oldest first: {kind, start, end, idx, self}.
+
+    Steps are leaf events of the process that finished last, or compile-worker events that
+    ended while that process was inside one of its events (so it may have waited on them).
+    Time between steps goes to the innermost event of that process covering it ("self" time,
+    e.g. Dynamo tracing inside a step), or to "untracked" when none does."""
     if not evs:
         return []
     parents = {e["parent"] for e in evs if e.get("parent")}
     last = max(evs, key=lambda e: e["end"])
     proc = (last.get("host"), last.get("pid"))
+    own = [e for e in evs if (e.get("host"), e.get("pid")) == proc]
+    spans = _union([(e["start"], e["end"]) for e in own])
+
+    def inside(t: float) -> bool:
+        return any(a - EPS <= t <= b + EPS for a, b in spans)
+
     leaves = [e for e in evs if (e.get("id") is None or e["id"] not in parents) and e["dur"] > 0
-              and ((e.get("host"), e.get("pid")) == proc or e.get("worker") is not None)]
+              and (((e.get("host"), e.get("pid")) == proc) or (e.get("worker") is not None and inside(e["end"])))]
     leaves.sort(key=lambda e: (e["end"], e["dur"]))
-    path: list[int] = []
-    t = last["end"] + EPS
+    segs: list[dict] = []
+    t = last["end"]
     i = len(leaves) - 1
     while i >= 0:
         while i >= 0 and leaves[i]["end"] > t + EPS:
@@ -182,11 +195,36 @@ def _critical_path(evs: list[dict]) -> list[int]:
         if i < 0:
             break
         e = leaves[i]
-        path.append(e["idx"])
+        _gap(segs, own, e["end"], t)
+        segs.append({"kind": e["kind"], "start": e["start"], "end": e["end"], "idx": e["idx"], "self": False})
         t = e["start"]
         i -= 1
-    path.reverse()
-    return path
+    _gap(segs, own, min(a for a, _ in spans), t)
+    segs.reverse()
+    return segs
+
+
+def _gap(segs: list[dict], own: list[dict], a: float, b: float) -> None:
+    """Attribute [a, b] to the innermost covering event of the critical process (its self time)."""
+    if b - a <= 1e-4:
+        return
+    mid = (a + b) / 2
+    cover = [e for e in own if e["start"] - EPS <= mid <= e["end"] + EPS]
+    if cover:
+        inner = min(cover, key=lambda e: e["dur"])
+        segs.append({"kind": inner["kind"] + " (self)", "start": a, "end": b, "idx": inner["idx"], "self": True})
+    else:
+        segs.append({"kind": "untracked", "start": a, "end": b, "idx": None, "self": True})
+
+
+def _union(iv: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[list[float]] = []
+    for a, b in sorted(iv):
+        if out and a <= out[-1][1] + EPS:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
 
 
 def _phases(evs: list[dict]) -> dict[str, dict[str, float]]:

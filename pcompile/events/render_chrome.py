@@ -24,7 +24,7 @@ def render(a: Analysis) -> dict[str, Any]:
         tids[lane.id] = len(tids) + 1
         trace.append({"ph": "M", "name": "thread_name", "pid": pids[lane.group], "tid": tids[lane.id],
                       "args": {"name": lane.label}})
-    crit = set(a.critical)
+    crit = {seg["idx"] for seg in a.critical if not seg["self"]}
     for ev in a.events:
         group = ev["lane"].rsplit(" / ", 1)[0]
         args = {k: v for k, v in ev.items() if k not in _SKIP}
@@ -35,5 +35,12 @@ def render(a: Analysis) -> dict[str, Any]:
         trace.append({"name": ev["kind"], "cat": "pcompile," + str(ev.get("outcome") or "none"), "ph": "X",
                       "ts": round((a.t0 + ev["start"]) * 1e6, 1), "dur": round(ev["dur"] * 1e6, 1),
                       "pid": pids[group], "tid": tids[ev["lane"]], "args": args})
+    cpid = len(pids) + 1  # the critical path as its own track, on top
+    trace.append({"ph": "M", "name": "process_name", "pid": cpid, "tid": 0, "args": {"name": "critical path"}})
+    trace.append({"ph": "M", "name": "process_sort_index", "pid": cpid, "tid": 0, "args": {"sort_index": 0}})
+    for seg in a.critical:
+        trace.append({"name": seg["kind"], "cat": "pcompile,critical", "ph": "X",
+                      "ts": round((a.t0 + seg["start"]) * 1e6, 1), "dur": round((seg["end"] - seg["start"]) * 1e6, 1),
+                      "pid": cpid, "tid": 1, "args": {"event_index": seg["idx"], "self_time": seg["self"]}})
     return {"traceEvents": trace, "displayTimeUnit": "ms",
             "otherData": {"pcompile_job": a.job, "summary": a.summary()}}

@@ -34,9 +34,11 @@ def render(a: Analysis) -> str:
              + (f" · {a.bad_lines} unreadable line(s) skipped" if a.bad_lines else "") + "</div>",
              _cards(a), "<h2>Where compile time went</h2>", _legend(), _timeline(a),
              "<p class='note'>Lanes: one group per process (rank · host:pid), one lane per compile worker. Nested "
-             "phases stack downwards. Bars outlined in black and repeated on the top lane form the critical path: "
-             "walking back from the end of the process that finished last, each step is the event that finished "
-             "last before the next one began (an approximation from timings alone).</p>",
+             "phases stack downwards. The top lane is the critical path (its steps are outlined in black below): "
+             "walking back from the end of the process that finished last, each step is the event of that process, "
+             "or of a compile worker it was waiting in, that finished last before the next step began; time between "
+             "steps is the enclosing event's own (self) time, drawn pale, or untracked (grey). It is reconstructed "
+             "from timings alone, so read it as an approximation.</p>",
              "<div class='two'>", _critical_table(a), _phase_table(a), "</div>",
              "<h2>Slowest graphs</h2>", _graph_table(a), "<h2>Slowest kernels</h2>", _kernel_table(a),
              "<h2>Cache hit rates by layer and tier</h2>", _lookup_table(a), _saved_note(a),
@@ -62,7 +64,7 @@ def _cards(a: Analysis) -> str:
 
 
 def _legend() -> str:
-    items = [(f"kernel {k}", c) for k, c in style.OUTCOME_COLORS.items()]
+    items = [(k, c) for k, c in style.OUTCOME_COLORS.items()]
     items += [(k, style.KIND_COLORS[k]) for k in ("graph_compile", "dynamo", "aot_autograd", "inductor_lowering",
                                                   "lease_wait", "warm_step")]
     return ("<div class='legend'>" + "".join(f"<span><i style='background:{c}'></i>{html.escape(n)}</span>" for n, c in items)
@@ -94,9 +96,8 @@ def _timeline(a: Analysis) -> str:
     out: list[str] = []
     # top lane: the critical path
     out.append(f"<text x='4' y='{y + 11}'>critical path</text>")
-    for i in a.critical:
-        ev = a.events[i]
-        out.append(_bar(ev, y, scale, critical=True))
+    for seg in a.critical:
+        out.append(_segment(a, seg, y, scale))
     y += ROW_H + LANE_GAP
     group = None
     for lane in a.lanes:
@@ -135,6 +136,16 @@ def _bar(ev: dict, y: float, scale: float, critical: bool) -> str:
     stroke = f" stroke='{style.CRITICAL}' stroke-width='1.5'" if critical else ""
     return (f"<rect class='ev' x='{x:.2f}' y='{y + 1:.1f}' width='{w:.2f}' height='{ROW_H - 2}' rx='1.5' "
             f"fill='{style.color(ev)}'{stroke}><title>{html.escape(' · '.join(map(str, tip)))}</title></rect>")
+
+
+def _segment(a: Analysis, seg: dict, y: float, scale: float) -> str:
+    fill, alpha = style.segment_color(a.events, seg)
+    x, w = LABEL_W + seg["start"] * scale, max((seg["end"] - seg["start"]) * scale, 0.8)
+    tip = f"{seg['kind']}: {seg['end'] - seg['start']:.3f} s at +{seg['start']:.3f} s"
+    if seg["idx"] is not None and a.events[seg["idx"]].get("key"):
+        tip += f" · key={a.events[seg['idx']]['key']}"
+    return (f"<rect class='ev' x='{x:.2f}' y='{y + 1:.1f}' width='{w:.2f}' height='{ROW_H - 2}' fill='{fill}' "
+            f"fill-opacity='{alpha}' stroke='{style.CRITICAL}' stroke-width='0.6'><title>{html.escape(tip)}</title></rect>")
 
 
 def _table(headers: list[str], rows: list[list], numeric: set[int] = frozenset()) -> str:

@@ -30,18 +30,23 @@ def render(a: Analysis, out: Path) -> Path:
     fig, ax = plt.subplots(figsize=(14, fig_h), dpi=110)
     per_row: dict[int, tuple[list, list, list]] = {}
 
-    def add(i: int, ev: dict, edge: str) -> None:
+    from matplotlib.colors import to_rgba
+
+    minw = a.wall / 2000 if a.wall else 1e-4
+
+    def add(i: int, start: float, dur: float, fill: str, edge: str, alpha: float = 1.0) -> None:
         bars, colors, edges = per_row.setdefault(i, ([], [], []))
-        bars.append((ev["start"], max(ev["dur"], a.wall / 2000 if a.wall else 1e-4)))
-        colors.append(style.color(ev))
+        bars.append((start, max(dur, minw)))
+        colors.append(to_rgba(fill, alpha))
         edges.append(edge)
 
-    for ci in a.critical:
-        add(0, a.events[ci], style.CRITICAL)
+    for seg in a.critical:
+        fill, alpha = style.segment_color(a.events, seg)
+        add(0, seg["start"], seg["end"] - seg["start"], fill, style.CRITICAL, alpha)
     for ev in a.events:
         i = index.get((ev.get("lane"), ev.get("row")))
         if i is not None:
-            add(i, ev, style.CRITICAL if ev.get("critical") else "none")
+            add(i, ev["start"], ev["dur"], style.color(ev), style.CRITICAL if ev.get("critical") else "none")
     for i, (bars, colors, edges) in per_row.items():
         ax.broken_barh(bars, (len(rows) - 1 - i - 0.4, 0.8), facecolors=colors, edgecolors=edges, linewidth=0.8)
     ax.set_yticks([len(rows) - 1 - i for i in range(len(rows))])
@@ -53,13 +58,13 @@ def render(a: Analysis, out: Path) -> Path:
     ax.set_axisbelow(True)
     lines = a.summary_lines()
     ax.set_title(f"pcompile · job {a.job}\n" + "\n".join(lines[1:4]), fontsize=9, loc="left")
-    legend = [Patch(color=c, label=f"kernel {k}") for k, c in style.OUTCOME_COLORS.items()]
+    legend = [Patch(color=c, label=k) for k, c in style.OUTCOME_COLORS.items()]
     legend += [Patch(color=style.KIND_COLORS[k], label=k) for k in ("graph_compile", "dynamo", "aot_autograd",
-                                                                     "inductor_lowering", "lease_wait")]
+                                                                     "inductor_lowering", "lease_wait", "warm_step")]
     legend.append(Patch(facecolor="white", edgecolor=style.CRITICAL, label="critical path"))
-    ax.legend(handles=legend, fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.12 if len(rows) < 8 else -0.05),
-              frameon=False)
-    fig.tight_layout()
+    legend_h = 0.5 / fig_h  # inches of legend as a fraction of the figure
+    fig.legend(handles=legend, fontsize=7, ncol=6, loc="lower center", frameon=False)
+    fig.tight_layout(rect=(0, legend_h + 0.01, 1, 1))
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, format="png")
     plt.close(fig)

@@ -18,3 +18,13 @@ def color(e: dict) -> str:
     if e["kind"] in BY_OUTCOME and e.get("outcome") in OUTCOME_COLORS:
         return OUTCOME_COLORS[e["outcome"]]
     return KIND_COLORS.get(e["kind"], OTHER)
+
+
+def segment_color(a_events: list[dict], seg: dict) -> tuple[str, float]:
+    """A critical-path segment's fill and opacity: its event's color, paler for self time."""
+    if seg["idx"] is None:
+        return UNTRACKED, 1.0
+    return color(a_events[seg["idx"]]), (0.45 if seg["self"] else 1.0)
+
+
+UNTRACKED = "#e3e6ea"
