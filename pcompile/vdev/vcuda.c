@@ -14,6 +14,7 @@
  *   PCOMPILE_VDEV_PROFILE  flat profile file written by pcompile (required)
  *   PCOMPILE_VDEV_STRICT   "1": a native launch fails with a clear error instead of being swallowed
  *   PCOMPILE_VDEV_STATS    file to append this process's call counts to (one JSON line) at exit
+ *   PCOMPILE_VDEV_TRACE    "1": print a native backtrace for every refused driver call (debugging)
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -24,6 +25,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 #include <pthread.h>
+#include <execinfo.h>
 
 /* ---------------------------------------------------------------- types (CUDA 13 ABI) --- */
 typedef int cudaError_t;
@@ -218,6 +220,10 @@ int pcompile_vdev_stats(char *buf, size_t n) {
 
 int pcompile_vdev_is_virtual(void) { return 1; }
 
+/* Strictness can be switched at run time: warm turns it on only while Inductor compiles. */
+void pcompile_vdev_set_strict(int on) { g_strict = on; }
+int pcompile_vdev_launches(void) { return (int)g_counts[C_launch]; }
+
 static void dump_stats(void) {
   const char *path = getenv("PCOMPILE_VDEV_STATS");
   if (!path || !*path) return;
@@ -232,6 +238,13 @@ static void dump_stats(void) {
 
 static CUresult not_supported(const char *name) {
   COUNT(not_supported);
+  const char *tr = getenv("PCOMPILE_VDEV_TRACE");
+  if (tr && *tr && strcmp(tr, "0") != 0) {
+    void *frames[32];
+    int n = backtrace(frames, 32);
+    fprintf(stderr, "pcompile vdev: refused %s, called from:\n", name);
+    backtrace_symbols_fd(frames, n, 2);
+  }
   pthread_mutex_lock(&g_lock);
   for (int i = 0; i < MAX_UNSUPPORTED; i++) {
     if (!g_unsupported_names[i]) {

@@ -1,0 +1,87 @@
+"""The environment of the one process that loads the virtual device, and what it can ask it.
+
+Only `child_env` puts the library into LD_PRELOAD, and only for a child process: the CLI process,
+pytest and any training process never load it (`loaded_here()` lets tests check that).
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from pcompile.vdev.build import LIB_NAME, build_root
+from pcompile.vdev.profile import DeviceProfile
+
+ENV_PROFILE = "PCOMPILE_VDEV_PROFILE"
+ENV_STRICT = "PCOMPILE_VDEV_STRICT"
+ENV_STATS = "PCOMPILE_VDEV_STATS"
+
+
+def child_env(lib: Path, profile: DeviceProfile, workdir: Path, strict: bool, base: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for a child that should see exactly one virtual `profile` GPU and no real one."""
+    env = dict(os.environ if base is None else base)
+    flat = profile.write_flat(workdir / "vdev-profile.txt")
+    preload = [str(lib)] + [p for p in env.get("LD_PRELOAD", "").split(":") if p and not p.endswith("/" + LIB_NAME)]
+    env["LD_PRELOAD"] = ":".join(preload)
+    env[ENV_PROFILE] = str(flat)
+    env[ENV_STATS] = str(workdir / "vdev-stats.jsonl")
+    env[ENV_STRICT] = "1" if strict else "0"
+    # Triton links its driver helpers against "the" libcuda.so.1: make it ours, by directory.
+    env["TRITON_LIBCUDA_PATH"] = str(lib.parent)
+    # Never let torch count GPUs through NVML (that would open the real driver).
+    env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "0"
+    return env
+
+
+def loaded_here() -> bool:
+    """True if this process has the virtual device mapped (it must not, outside a warm child)."""
+    root = str(build_root())
+    try:
+        with open("/proc/self/maps") as fh:
+            return any(line.rstrip().endswith("/" + LIB_NAME) and root in line for line in fh)
+    except OSError:
+        return False
+
+
+def _self_lib() -> ctypes.CDLL | None:
+    try:
+        lib = ctypes.CDLL(LIB_NAME)
+        lib.pcompile_vdev_is_virtual  # noqa: B018  (raises AttributeError on a real driver)
+        return lib
+    except (OSError, AttributeError):
+        return None
+
+
+def stats_here() -> dict[str, Any]:
+    """Call counts of the virtual device in this process ({} when it is not loaded)."""
+    lib = _self_lib()
+    if lib is None:
+        return {}
+    need = lib.pcompile_vdev_stats(None, 0)
+    buf = ctypes.create_string_buffer(need + 1)
+    lib.pcompile_vdev_stats(buf, need + 1)
+    return json.loads(buf.value.decode())
+
+
+def set_strict(on: bool) -> bool:
+    """Turn strict launches on/off at run time (warm enables it only while Inductor compiles)."""
+    lib = _self_lib()
+    if lib is None:
+        return False
+    lib.pcompile_vdev_set_strict(1 if on else 0)
+    return True
+
+
+def read_stats_file(path: Path) -> list[dict[str, Any]]:
+    """Per-process counts the library appended at exit (the warm child and its compile workers)."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
