@@ -1,0 +1,189 @@
+"""Find the node's daemon or start it, so that N ranks starting at once end up with one daemon.
+
+Protocol: try to connect. If nobody listens (no socket file, or a stale one that refuses), take
+an exclusive flock on the pool dir's start.lock, try once more (a racer may have won while we
+waited), and only then spawn the daemon and wait until it answers. The daemon itself refuses to
+run if a live daemon already answers on the socket, and removes a stale socket before binding,
+so even a lock that does not work (some network filesystems) cannot yield two serving daemons.
+"""
+from __future__ import annotations
+
+import dataclasses
+import errno
+import fcntl
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from pcompile.pool import protocol
+from pcompile.pool.errors import PoolUnavailable
+from pcompile.pool.paths import PoolPaths
+
+LOG_LIMIT = 8 * 1024 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class DaemonOptions:
+    """How a daemon is started if this client is the one that starts it."""
+
+    workers: int = 0  # 0: the daemon sizes itself from cgroup CPU and memory
+    idle_exit: float = 300.0
+    job_timeout: float = 600.0
+    preload: tuple[str, ...] = ()
+    python: str = sys.executable
+
+
+_NOT_LISTENING = (FileNotFoundError, ConnectionRefusedError)
+
+
+def connect(paths: PoolPaths, timeout: float = 30.0) -> tuple[socket.socket, dict[str, Any]]:
+    """Connect and handshake. Raises FileNotFoundError/ConnectionRefusedError if nobody listens,
+    PoolUnavailable if somebody listens but is not a usable daemon of ours."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(str(paths.socket))
+        uid = protocol.peer_uid(sock)
+        if uid != os.getuid():
+            raise PoolUnavailable(f"{paths.socket} is served by uid {uid}, not by this user")
+        protocol.send(sock, {"op": "hello", "version": protocol.PROTOCOL_VERSION, "identity": paths.identity, "pid": os.getpid()})
+        hello = protocol.recv(sock, time.monotonic() + timeout)
+        if not hello.get("ok"):
+            raise PoolUnavailable(f"daemon at {paths.socket} refused us: {hello.get('error')}")
+        sock.settimeout(None)
+        return sock, hello
+    except _NOT_LISTENING:
+        sock.close()
+        raise
+    except PoolUnavailable:
+        sock.close()
+        raise
+    except (OSError, protocol.ProtocolError, protocol.DeadlineExceeded, EOFError) as exc:
+        sock.close()
+        raise PoolUnavailable(f"daemon at {paths.socket} did not answer ({type(exc).__name__}: {exc})") from None
+
+
+@contextmanager
+def start_lock(path: Path, timeout: float) -> Iterator[bool]:
+    """Exclusive flock on `path`; yields False (no lock) rather than failing where flock does not work."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    locked = False
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                locked = True
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise PoolUnavailable(f"timed out after {timeout:g} s waiting for {path}") from None
+                time.sleep(0.05)
+            except OSError as exc:
+                if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
+                    break  # the daemon's own bind check still prevents two servers
+                raise
+        yield locked
+    finally:
+        if locked:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def _log_tail(path: Path, lines: int = 3) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(line.strip() for line in text[-lines:])
+
+
+def spawn_daemon(cache_dir: Path, paths: PoolPaths, options: DaemonOptions) -> subprocess.Popen[bytes]:
+    """Start the daemon in its own session (a Ctrl-C to the job must not kill the shared pool)."""
+    try:
+        if paths.log.stat().st_size > LOG_LIMIT:
+            os.replace(paths.log, paths.log.with_suffix(".log.1"))
+    except FileNotFoundError:
+        pass
+    cmd = [
+        options.python, "-m", "pcompile.pool.daemon",
+        "--cache-dir", str(cache_dir),
+        "--identity", paths.identity,
+        "--workers", str(options.workers),
+        "--idle-exit", str(options.idle_exit),
+        "--job-timeout", str(options.job_timeout),
+    ]
+    if options.preload:
+        cmd += ["--preload", ",".join(options.preload)]
+    env = dict(os.environ)
+    # The daemon must import this very pcompile, wherever the client found it.
+    import pcompile
+
+    pkg_root = str(Path(pcompile.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH", "")) if p)
+    with open(paths.log, "ab") as logf:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True, close_fds=True, env=env)
+    # Reap it whenever it exits, so a long-lived client never accumulates a zombie.
+    threading.Thread(target=proc.wait, name="pcompile-daemon-reaper", daemon=True).start()
+    return proc
+
+
+def connect_or_start(cache_dir: Path | str, options: DaemonOptions | None = None, *, start_timeout: float = 60.0) -> tuple[socket.socket, dict[str, Any]]:
+    """A handshaken connection to this node's daemon, starting it if nobody serves yet.
+
+    Raises PoolUnavailable with a one-line reason when no daemon can be had.
+    """
+    options = options or DaemonOptions()
+    cache_dir = Path(cache_dir).absolute()
+    paths = PoolPaths.for_cache_dir(cache_dir)
+    try:
+        return connect(paths)
+    except _NOT_LISTENING:
+        pass
+    try:
+        paths.ensure()
+    except OSError as exc:
+        raise PoolUnavailable(f"cannot create the pool directory {paths.dir} ({exc.strerror or exc})") from None
+    try:
+        with start_lock(paths.lock, start_timeout):
+            try:
+                return connect(paths)
+            except _NOT_LISTENING:
+                pass
+            try:
+                proc = spawn_daemon(cache_dir, paths, options)
+            except OSError as exc:
+                raise PoolUnavailable(f"cannot start the pool daemon ({exc.strerror or exc})") from None
+            deadline = time.monotonic() + start_timeout
+            while True:
+                try:
+                    return connect(paths)
+                except _NOT_LISTENING:
+                    pass
+                if proc.poll() is not None and proc.returncode != 0:
+                    raise PoolUnavailable(f"the pool daemon exited with status {proc.returncode}: {_log_tail(paths.log)}")
+                if time.monotonic() > deadline:
+                    raise PoolUnavailable(f"the pool daemon did not answer within {start_timeout:g} s (log: {paths.log})")
+                time.sleep(0.02)
+    except OSError as exc:
+        raise PoolUnavailable(f"cannot use {paths.dir} ({exc.strerror or exc})") from None
+
+
+def read_pidfile(cache_dir: Path | str) -> dict[str, Any] | None:
+    """What the running daemon wrote about itself, if any (for status and tests)."""
+    import json
+
+    paths = PoolPaths.for_cache_dir(cache_dir)
+    try:
+        return json.loads(paths.pidfile.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+__all__ = ["DaemonOptions", "connect", "connect_or_start", "read_pidfile", "spawn_daemon", "start_lock"]
