@@ -1,0 +1,577 @@
+"""The remote tier (Redis, S3): a guarded wrapper that makes a flaky network safe for a job.
+
+A backend (redis_tier.RedisTier, s3_tier.S3Tier) implements only the byte primitives and sends
+every network round trip through `self.io(fn, *args)`. `RemoteTier` wraps it and adds, once for
+every backend:
+
+* deadlines: each round trip runs on a worker thread and is abandoned after the timeout
+  (PCOMPILE_REMOTE_TIMEOUT, default 2 s), on top of the client's own socket timeouts;
+* a circuit breaker: after K failures in a row (a timeout counts as K, since each one costs the
+  full timeout) the remote is skipped for T seconds, node-wide (a small file under the node-local
+  cache dir tells the other ranks), then one probe decides;
+* one warning per process, after which the job carries on with its local tiers;
+* write-behind: `put` queues the entry (background.BackgroundWriter) and returns at once;
+* node-level single-flight for reads: one process per node fetches a missing entry into the
+  node-local tier under a lease (<cache_dir>/store/leases/remote-<key>.lease); the others wait
+  for it there instead of all asking the remote;
+* a short negative cache, so polling for a key another rank is compiling does not hammer the
+  remote with GETs for a manifest that is not there yet;
+* read-only discipline: with PCOMPILE_READ_ONLY=1, or when signatures are checked but this
+  process has no signing key, nothing is ever written or deleted remotely.
+
+Verification, signatures and publish order stay in Tier.get/put: this class calls them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import os
+import threading
+import time
+import urllib.parse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+from pcompile.config import Settings
+from pcompile.errors import CorruptEntryError, PcompileError
+from pcompile.keys.key import Key
+from pcompile.store import fsio
+from pcompile.store.background import BackgroundWriter, DeadlineExceeded, DeadlineRunner, at_exit, set_exit_flush_seconds
+from pcompile.store.entry import Entry, Manifest
+from pcompile.store.tier import Tier, TrustCheck
+
+if TYPE_CHECKING:
+    from pcompile.store.fs_tier import DirectoryTier
+    from pcompile.store.lease import LeaseDir
+    from pcompile.store.stats import Stats
+    from pcompile.store.tiered import Store
+
+log = logging.getLogger("pcompile.store.remote")
+
+ENV_TIMEOUT = "PCOMPILE_REMOTE_TIMEOUT"
+ENV_BREAKER_FAILURES = "PCOMPILE_REMOTE_BREAKER_FAILURES"
+ENV_BREAKER_SECONDS = "PCOMPILE_REMOTE_BREAKER_SECONDS"
+ENV_QUEUE_ENTRIES = "PCOMPILE_REMOTE_QUEUE"
+ENV_QUEUE_BYTES = "PCOMPILE_REMOTE_QUEUE_BYTES"
+ENV_FLUSH_TIMEOUT = "PCOMPILE_REMOTE_FLUSH_TIMEOUT"
+ENV_MISS_TTL = "PCOMPILE_REMOTE_MISS_TTL"
+ENV_FETCH_WAIT = "PCOMPILE_REMOTE_FETCH_WAIT"
+
+
+def _env_float(name: str, default: float, minimum: float = 0.0) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise PcompileError(f"{name}={raw!r} is not a number; set it to a number of seconds/items or unset it") from None
+    if value < minimum:
+        raise PcompileError(f"{name}={raw!r} is below the minimum {minimum:g}; raise it or unset it")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class RemoteOptions:
+    """How the remote tier behaves under failure; every process of a job reads the same env."""
+
+    timeout: float = 2.0  # per network round trip, and the deadline a job may be stalled
+    breaker_failures: int = 3  # K: consecutive failures that open the breaker
+    breaker_seconds: float = 60.0  # T: how long the remote is skipped once open
+    queue_entries: int = 256
+    queue_bytes: int = 1 << 30
+    flush_seconds: float = 10.0  # exit waits at most this long for queued writes
+    miss_ttl: float = 5.0  # a remote miss is remembered this long per process
+    fetch_wait: float = 120.0  # longest a rank waits for a peer's fetch before giving up (a miss)
+    io_threads: int = 4
+
+    @staticmethod
+    def from_env() -> "RemoteOptions":
+        return RemoteOptions(
+            timeout=_env_float(ENV_TIMEOUT, 2.0, 0.01),
+            breaker_failures=int(_env_float(ENV_BREAKER_FAILURES, 3, 1)),
+            breaker_seconds=_env_float(ENV_BREAKER_SECONDS, 60.0),
+            queue_entries=int(_env_float(ENV_QUEUE_ENTRIES, 256, 1)),
+            queue_bytes=int(_env_float(ENV_QUEUE_BYTES, float(1 << 30), 1)),
+            flush_seconds=_env_float(ENV_FLUSH_TIMEOUT, 10.0),
+            miss_ttl=_env_float(ENV_MISS_TTL, 5.0),
+            fetch_wait=_env_float(ENV_FETCH_WAIT, 120.0),
+        )
+
+    @property
+    def deadline(self) -> float:
+        """Backstop per round trip: the socket timeout should fire first, with a clearer error."""
+        return self.timeout * 1.25 + 0.1
+
+
+class RemoteUnavailable(PcompileError):
+    """The remote did not answer (or is being skipped). Reads treat it as a miss."""
+
+    def __init__(self, message: str, *, skipped: bool = False) -> None:
+        super().__init__(message)
+        self.skipped = skipped
+
+
+class RemoteBackend(Tier):
+    """A remote store's byte primitives. Every network round trip goes through `self.io`.
+
+    `io` is replaced by RemoteTier with a deadline- and breaker-guarded runner; each call should
+    move at most one chunk (a few MiB) so that a per-call deadline is meaningful for big blobs.
+    Backends return None/False for "not there" and raise for anything else.
+    """
+
+    kind = "remote"
+    #: the label in `pcompile stats`
+    name = "remote"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.io: Callable[..., Any] = lambda fn, *args: fn(*args)
+
+    def location(self) -> str:
+        """Where this tier points, with credentials removed (safe to log)."""
+        return self.name
+
+    def is_timeout(self, exc: BaseException) -> bool:
+        return isinstance(exc, TimeoutError)
+
+    def sample_keys(self, n: int) -> list[Key]:
+        """Up to n manifest keys, spread over the keyspace when the backend can do it cheaply."""
+        out: list[Key] = []
+        for key in self.keys():
+            out.append(key)
+            if len(out) >= n:
+                break
+        return out
+
+
+class CircuitBreaker:
+    """Closed → open after K failures (a timeout counts K) → half-open after T s → one probe.
+
+    `shared` is a file on the node-local disk holding the wall-clock time the breaker is open
+    until, so ranks on one node stop asking a dead remote as soon as one of them found out.
+    """
+
+    def __init__(self, failures: int, seconds: float, shared: Path | None = None, tmp: Path | None = None) -> None:
+        self.failures = max(1, failures)
+        self.seconds = seconds
+        self.shared = shared
+        self.tmp = tmp
+        self._lock = threading.Lock()
+        self._consecutive = 0
+        self._open_until = 0.0  # monotonic
+        self._half_open = False
+        self._checked_shared = -1.0
+        self.opened_by_peer = False
+
+    def allow(self) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            if now < self._open_until:
+                return False
+            if self.shared is not None and now - self._checked_shared >= 0.25:
+                self._checked_shared = now
+                until = self._read_shared()
+                left = until - time.time()
+                if left > 0:
+                    self._open_until = now + left
+                    self._half_open = True
+                    self.opened_by_peer = True
+                    return False
+            return True
+
+    def success(self) -> None:
+        with self._lock:
+            self._consecutive = 0
+            self._half_open = False
+
+    def failure(self, timeout: bool) -> bool:
+        """Record a failure; True if this one opened the breaker."""
+        with self._lock:
+            self._consecutive += self.failures if timeout else 1
+            if not (self._half_open or self._consecutive >= self.failures):
+                return False
+            self._consecutive = 0
+            self._half_open = True
+            self._open_until = time.monotonic() + self.seconds
+        self._write_shared(time.time() + self.seconds)
+        return True
+
+    def is_open(self) -> bool:
+        return not self.allow()
+
+    def _read_shared(self) -> float:
+        assert self.shared is not None
+        raw = fsio.read_file(self.shared)
+        try:
+            return float(raw or b"0")
+        except ValueError:
+            return 0.0
+
+    def _write_shared(self, until: float) -> None:
+        if self.shared is None or self.tmp is None:
+            return
+        try:
+            self.tmp.mkdir(parents=True, exist_ok=True)
+            fsio.atomic_write(self.shared, f"{until:.3f}".encode(), self.tmp, replace=True)
+        except OSError:
+            pass  # best effort: each process still has its own breaker
+
+
+class RemoteTier(Tier):
+    """A remote backend made safe for a training job; see the module docstring."""
+
+    kind = "remote"
+
+    def __init__(self, backend: RemoteBackend, options: RemoteOptions, settings: Settings) -> None:
+        self._trust_raw: TrustCheck | None = None
+        self._untrusted = threading.local()
+        super().__init__()
+        self.backend = backend
+        self.name = backend.name
+        self.options = options
+        self.settings = settings
+        self.read_only = settings.read_only
+        self._runner = DeadlineRunner(options.io_threads, name=f"pcompile-{backend.name}-io")
+        backend.io = self._io
+        node_dir = settings.cache_dir / "store"
+        ident = hashlib.sha256(backend.location().encode()).hexdigest()[:12]
+        self.breaker = CircuitBreaker(
+            options.breaker_failures, options.breaker_seconds, node_dir / "leases" / f"remote-{ident}.down", node_dir / "tmp"
+        )
+        self.counters: dict[str, float] = {}
+        self._counters_lock = threading.Lock()
+        self.stats: "Stats | None" = None
+        self._warned = False
+        self._misses: dict[str, float] = {}
+        self._landing: "DirectoryTier | None" = None
+        self._fetch_leases: "LeaseDir | None" = None
+        self._node_dir = node_dir
+        self.writer = BackgroundWriter(
+            self._write_now,
+            max_entries=options.queue_entries,
+            max_bytes=options.queue_bytes,
+            on_done=self._write_done,
+            on_drop=self._write_dropped,
+            name=f"pcompile-{backend.name}-writer",
+        )
+        set_exit_flush_seconds(options.flush_seconds)
+
+    # -- wiring ---------------------------------------------------------------------------
+    def attach(self, store: "Store") -> None:
+        """Report into the store's stats and land fetched entries in its node-local tier."""
+        from pcompile.store.fs_tier import DirectoryTier
+
+        self.stats = store.stats
+        if isinstance(store.local, DirectoryTier):
+            self._landing = store.local
+        at_exit(store.stats.flush)  # writers flush after Stats' own atexit hook ran
+
+    def _landing_tier(self) -> "DirectoryTier | None":
+        if self._landing is None:
+            from pcompile.store.fs_tier import DirectoryTier
+
+            try:
+                self._landing = DirectoryTier(self._node_dir, "local")
+            except PcompileError:
+                return None
+        return self._landing
+
+    def _leases(self) -> "LeaseDir | None":
+        if self._fetch_leases is None:
+            from pcompile.store.lease import LeaseDir
+
+            landing = self._landing_tier()
+            if landing is None:
+                return None
+            timeout = max(5.0, 2 * self.options.timeout)
+            self._fetch_leases = LeaseDir(landing.leases, landing.tmp, timeout=timeout)
+        return self._fetch_leases
+
+    # -- trust: remember a signature failure so quarantine leaves the entry alone ---------
+    @property  # type: ignore[override]
+    def trust(self) -> TrustCheck | None:
+        if self._trust_raw is None:
+            return None
+        return self._checked_trust
+
+    @trust.setter
+    def trust(self, check: TrustCheck | None) -> None:
+        self._trust_raw = check
+
+    def _checked_trust(self, manifest: Manifest) -> None:
+        assert self._trust_raw is not None
+        try:
+            self._trust_raw(manifest)
+        except CorruptEntryError:
+            self._untrusted.flag = True
+            raise
+
+    # -- counters ---------------------------------------------------------------------------
+    def _count(self, **delta: float) -> None:
+        with self._counters_lock:
+            for name, value in delta.items():
+                self.counters[name] = self.counters.get(name, 0) + value
+        if self.stats is not None:
+            self.stats.tier(self.name, **delta)
+
+    def _warn(self, message: str) -> None:
+        if not self._warned:
+            self._warned = True
+            log.warning("%s", message)
+
+    # -- the guarded round trip -------------------------------------------------------------
+    def _io(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if not self.breaker.allow():
+            if self.breaker.opened_by_peer:
+                self._warn(
+                    f"{self.backend.location()} was found unreachable by another process on this node; "
+                    f"skipping the {self.name} tier for up to {self.options.breaker_seconds:g} s, the job goes on with local tiers"
+                )
+            raise RemoteUnavailable(f"{self.name} tier skipped (circuit breaker open)", skipped=True)
+        try:
+            result = self._runner.call(fn, args, self.options.deadline)
+        except Exception as exc:
+            timeout = isinstance(exc, DeadlineExceeded) or self.backend.is_timeout(exc)
+            opened = self.breaker.failure(timeout)
+            self._count(errors=1, timeouts=1 if timeout else 0, breaker_trips=1 if opened else 0)
+            what = f"{exc.__class__.__name__}: {exc}".strip()[:200]
+            self._warn(
+                f"{self.name} tier at {self.backend.location()} failed ({what}); "
+                f"it is skipped for {self.options.breaker_seconds:g} s after {self.options.breaker_failures} failures "
+                f"(a timeout counts as all of them), and the job goes on with local tiers"
+            )
+            raise RemoteUnavailable(
+                f"{self.name} tier at {self.backend.location()} unreachable ({what}): check PCOMPILE_REMOTE and the server"
+            ) from exc
+        self.breaker.success()
+        return result
+
+    # -- primitives: the backend's, guarded ---------------------------------------------------
+    def read_manifest(self, key: Key) -> bytes | None:
+        return self.backend.read_manifest(key)
+
+    def read_blob(self, sha256: str) -> bytes | None:
+        return self.backend.read_blob(sha256)
+
+    def has_blob(self, sha256: str, size: int) -> bool:
+        return self.backend.has_blob(sha256, size)
+
+    def write_blob(self, sha256: str, data: bytes) -> None:
+        self._refuse_if_read_only()
+        self.backend.write_blob(sha256, data)
+
+    def write_manifest(self, key: Key, data: bytes) -> None:
+        self._refuse_if_read_only()
+        self.backend.write_manifest(key, data)
+
+    def remove(self, key: Key) -> None:
+        self._refuse_if_read_only()
+        self.backend.remove(key)
+
+    def keys(self) -> Iterator[Key]:
+        return self.backend.keys()
+
+    def sample_keys(self, n: int) -> list[Key]:
+        """Up to n keys for `pcompile verify` (random where the backend allows); `keys()` for all."""
+        return self.backend.sample_keys(n)
+
+    def usage(self) -> tuple[int, int]:
+        """(entries, bytes); (0, 0) when the remote is unreachable (already warned about)."""
+        try:
+            return self.backend.usage()
+        except RemoteUnavailable:
+            return 0, 0
+
+    def verify(self, key: Key) -> str | None:
+        self._untrusted.flag = False  # so a later quarantine() knows whether *this* one was a signature failure
+        return Tier.verify(self, key)
+
+    def _refuse_if_read_only(self) -> None:
+        if not self.may_write():
+            raise PcompileError(f"the {self.name} tier is read-only for this process (PCOMPILE_READ_ONLY or no signing key)")
+
+    def may_write(self) -> bool:
+        """Never with PCOMPILE_READ_ONLY; never unsigned when readers check signatures."""
+        return not self.read_only and not (self._trust_raw is not None and self.signer is None)
+
+    # -- reads ------------------------------------------------------------------------------
+    def get(self, key: Key) -> Entry | None:
+        """A verified entry or None. Never raises for remote trouble and never waits past the
+        deadline per round trip (or, for a peer's fetch, past that peer's progress)."""
+        if not self.breaker.allow():
+            self._count(skipped=1)
+            return None
+        name = str(key)
+        missed = self._misses.get(name)
+        if missed is not None:
+            if time.monotonic() - missed < self.options.miss_ttl:
+                self._count(cached_misses=1)
+                return None
+            self._misses.pop(name, None)
+        leases = self._leases()
+        if leases is None:
+            return self._fetch(key, land=False)
+        try:
+            lease = leases.try_acquire(f"remote-{name}")
+        except OSError:
+            return self._fetch(key, land=False)
+        if lease is not None:
+            return self._lead_fetch(key, lease)
+        return self._wait_for_peer(key, leases)
+
+    def _lead_fetch(self, key: Key, lease: Any) -> Entry | None:
+        try:
+            landing = self._landing_tier()
+            entry = landing.get(key) if landing is not None else None  # a peer landed it already
+            if entry is not None:
+                self._count(peer_fetches=1)
+                return entry
+            return self._fetch(key, land=True)
+        finally:
+            lease.release()
+
+    def _wait_for_peer(self, key: Key, leases: "LeaseDir") -> Entry | None:
+        """Another process on this node is fetching `key`: wait for it to land locally.
+
+        When its lease goes away without an entry landing, the peer missed (or the remote
+        failed): that is our answer too. A peer that died is detected by its stale lease, and
+        then this process takes over the fetch.
+        """
+        landing = self._landing_tier()
+        assert landing is not None
+        name = f"remote-{key}"
+        limit = time.monotonic() + self.options.fetch_wait
+        delay = 0.005
+        self._count(fetch_waits=1)
+        while True:
+            entry = landing.get(key)
+            if entry is not None:
+                self._count(peer_fetches=1)
+                return entry
+            if not leases.exists(name):
+                entry = landing.get(key)
+                if entry is None:
+                    self._misses[str(key)] = time.monotonic()
+                    return None
+                self._count(peer_fetches=1)
+                return entry
+            try:
+                lease = leases.try_acquire(name)  # succeeds only if the holder went silent
+            except OSError:
+                lease = None
+            if lease is not None:
+                return self._lead_fetch(key, lease)
+            if time.monotonic() > limit:
+                self._count(fetch_wait_timeouts=1)
+                return None
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.1)
+
+    def _fetch(self, key: Key, *, land: bool) -> Entry | None:
+        self._untrusted.flag = False
+        try:
+            entry = Tier.get(self, key)
+        except RemoteUnavailable:
+            entry = None
+        if entry is None:
+            self._misses[str(key)] = time.monotonic()
+            if len(self._misses) > 100_000:
+                self._misses.clear()
+            return None
+        self._count(fetches=1)
+        if land:
+            landing = self._landing_tier()
+            if landing is not None:
+                try:
+                    landing.put(entry)
+                except OSError:
+                    pass  # the caller still gets its entry; peers will wait it out and miss
+        return entry
+
+    def quarantine(self, key: Key, reason: str, bad_blob: str | None = None) -> None:
+        """Delete a corrupt remote entry so a writer republishes it, with two exceptions.
+
+        Signature failures are left in place: a reader with a wrong or rotated key must not be
+        able to wipe a shared cache (a writer's next publish replaces the entry anyway). And a
+        read-only process deletes nothing.
+        """
+        if getattr(self._untrusted, "flag", False):
+            return  # counted as `untrusted` by the trust hook
+        if not self.may_write():
+            return
+        try:
+            self.backend.quarantine(key, reason, bad_blob)
+            self._count(quarantined=1)
+        except Exception:
+            pass
+
+    # -- writes -----------------------------------------------------------------------------
+    def put(self, entry: Entry) -> Manifest | None:  # type: ignore[override]
+        """Queue the entry for the background writer and return at once (None: not published yet)."""
+        if not self.may_write():
+            self._count(writes_refused=1)
+            return None
+        if not self.breaker.allow():
+            self._count(dropped_writes=1)
+            return None
+        copy = Entry(entry.key, dict(entry.blobs), entry.inputs, dict(entry.meta), entry.compile_seconds)
+        try:
+            if self.writer.submit(copy):
+                self._count(queued_writes=1)
+        except Exception as exc:  # e.g. no thread can start at interpreter shutdown
+            self._write_dropped(copy, str(exc))
+        return None
+
+    def _write_now(self, entry: Entry) -> None:
+        """On the writer thread: blobs first, then the (signed) manifest, via Tier.put."""
+        Tier.put(self, entry)
+
+    def _write_done(self, entry: Entry, seconds: float) -> None:
+        self._count(remote_writes=1, remote_bytes_written=entry.size, remote_write_seconds=seconds)
+
+    def _write_dropped(self, entry: Entry, reason: str) -> None:
+        self._count(dropped_writes=1)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait for queued writes (tests, `pcompile warm` before it exits)."""
+        return self.writer.flush(self.options.flush_seconds if timeout is None else timeout)
+
+    def close(self) -> None:
+        self.writer.close(self.options.flush_seconds)
+
+
+def redact(url: str) -> str:
+    """A URL without its password (for messages and logs)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None and "@" not in parts.netloc:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    user = f"{parts.username}:***@" if parts.username else "***@"
+    return urllib.parse.urlunsplit((parts.scheme, user + host, parts.path, "", ""))
+
+
+def open_backend(url: str, options: RemoteOptions) -> RemoteBackend:
+    """The backend for a PCOMPILE_REMOTE URL; raises PcompileError for a URL it cannot use."""
+    scheme = urllib.parse.urlsplit(url).scheme.lower()
+    if scheme in ("redis", "rediss", "unix"):
+        from pcompile.store.redis_tier import RedisTier
+
+        return RedisTier.from_url(url, timeout=options.timeout)
+    if scheme == "s3":
+        from pcompile.store.s3_tier import S3Tier
+
+        return S3Tier.from_url(url, timeout=options.timeout)
+    raise PcompileError(
+        f"PCOMPILE_REMOTE={redact(url)!r} is not a remote this pcompile knows: use redis://HOST:PORT/DB, rediss://… or s3://BUCKET/PREFIX"
+    )
+
+
+def open_remote(settings: Settings) -> RemoteTier:
+    """What Store.open appends as the slowest tier when PCOMPILE_REMOTE is set."""
+    assert settings.remote
+    options = RemoteOptions.from_env()
+    return RemoteTier(open_backend(settings.remote, options), options, settings)
