@@ -1,0 +1,360 @@
+"""Route Inductor's parallel Triton compiles through pcompile's store and compile pool.
+
+`install_pool()` (called by pcompile.inductor's install()) replaces Inductor's process pool with
+an `InductorPool`. For each `_worker_compile_triton` job Inductor submits (codegen pre-submits
+while lowering continues, and the module-load calls), it:
+
+1. computes key = make_key("kernel", source, fingerprint(target from the source's
+   DeviceProperties, ptxas=True, extra={artifact, extra_config, libdevice})),
+2. calls `store.get_or_compute(key, compile)`: a hit in any tier returns the stored pickle; a
+   miss takes the single-flight lease, so each kernel compiles once across ranks and hosts,
+3. compiles on the pool chosen by PCOMPILE_POOL: `node` (default: this node's shared daemon),
+   `ray` / `ray://ADDRESS` (CPU-only Ray actors), `local` (threads in this process),
+4. stores exactly what the stock worker returns, pickled, and resolves Inductor's future with
+   the unpickled `(CachingAutotuner, elapsed_us)`, so Inductor's own `get_result` runs unchanged.
+
+Every other callable (the readiness probe, 2.14's CuteDSL/NVGEMM jobs) runs in this process on
+threads. Nothing here raises into a compile because of pcompile: pool trouble means in-process
+compile plus one warning; store trouble means compile without caching plus one warning.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import pickle
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable
+
+from pcompile.config import Settings
+from pcompile.keys import Target, fingerprint, make_key
+from pcompile.keys.key import Key, KeyInputs, canonical_json
+from pcompile.pool.client import warn_once
+from pcompile.pool.errors import JobTimedOut, PoolError, WorkerCrashed
+
+log = logging.getLogger("pcompile.inductor.pool")
+
+ENV_POOL = "PCOMPILE_POOL"
+ENV_IDLE_EXIT = "PCOMPILE_POOL_IDLE_EXIT"
+ENV_JOB_TIMEOUT = "PCOMPILE_POOL_JOB_TIMEOUT"
+ENV_RAY_ACTORS = "PCOMPILE_RAY_ACTORS"
+ENV_IN_WORKER = "PCOMPILE_POOL_WORKER"
+ARTIFACT = "inductor-triton-worker-result-v1"
+BLOB = "result"
+WORKER_PRELOAD = ("torch", "torch._inductor.runtime.compile_tasks", "torch._inductor.runtime.triton_heuristics", "pcompile.inductor.compat.pool_hook")
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name) or default)
+    except ValueError:
+        return default
+
+
+def pool_kind(raw: str | None = None) -> tuple[str, str | None]:
+    """('node'|'ray'|'local'|'off', ray address or None) from PCOMPILE_POOL."""
+    raw = (os.environ.get(ENV_POOL, "") if raw is None else raw).strip()
+    if raw.startswith("ray://"):
+        return "ray", raw
+    low = raw.lower()
+    if low in ("", "node", "daemon", "1", "on"):
+        return "node", None
+    if low == "ray":
+        return "ray", None
+    if low in ("local", "inprocess", "in-process", "threads"):
+        return "local", None
+    if low in ("off", "0", "stock", "none"):
+        return "off", None
+    warn_once(f"pool-kind:{raw}", f"pcompile: {ENV_POOL}={raw!r} is not node, ray, ray://ADDRESS, local or off; using node")
+    return "node", None
+
+
+class _LocalPool:
+    """`local` mode and the fallback for everything: threads in this process."""
+
+    def __init__(self, workers: int) -> None:
+        self._exec = ThreadPoolExecutor(max(1, workers), thread_name_prefix="pcompile-compile")
+        self.mode = "local"
+
+    def submit_job(self, fn: Callable[..., Any], args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None, *, fallback: Callable[[], Any] | None = None, **_: Any) -> Future:
+        if fallback is not None:
+            return self._exec.submit(fallback)
+        return self._exec.submit(fn, *args, **(kwargs or {}))
+
+    def shutdown(self, wait: bool = True, **_: Any) -> None:
+        self._exec.shutdown(wait=wait)
+
+
+@functools.lru_cache(maxsize=8)
+def _file_digest(path: str) -> str:
+    import xxhash
+
+    try:
+        with open(path, "rb") as f:
+            return xxhash.xxh3_64_hexdigest(f.read())
+    except OSError:
+        return "unreadable"
+
+
+class KernelRouter:
+    """Resolves Triton jobs through the store and a compile pool; one per process."""
+
+    def __init__(self, kind: str, address: str | None = None, settings: Settings | None = None, store: Any = None) -> None:
+        from pcompile.inductor.compat import pool_hook
+
+        self.hook = pool_hook
+        self.settings = settings or Settings.from_env()
+        self.kind = kind
+        self._store = store
+        self.timeout = _env_float(ENV_JOB_TIMEOUT, 600.0)
+        self.counts = {"hit": 0, "waited": 0, "compiled": 0, "uncached": 0, "fallback": 0}
+        self._counts_lock = threading.Lock()
+        self._waiters = ThreadPoolExecutor(64, thread_name_prefix="pcompile-kernel")
+        self._software: dict[str, str] | None = None
+        self.jobs = self._make_pool(kind, address)
+
+    # -- pools ---------------------------------------------------------------------------
+    def _make_pool(self, kind: str, address: str | None) -> Any:
+        if kind == "ray":
+            try:
+                from pcompile.pool.ray_pool import RayPool
+
+                actors = int(os.environ.get(ENV_RAY_ACTORS) or 0) or None
+                # Remote actors use their own cache dirs: the parent's absolute paths mean nothing there.
+                return RayPool(address, actors=actors, job_timeout=self.timeout, preload=WORKER_PRELOAD)
+            except Exception as exc:
+                warn_once("ray-import", f"pcompile: Ray pool unavailable ({type(exc).__name__}: {exc}); using the node pool")
+                kind = self.kind = "node"
+        if kind == "node":
+            from pcompile.pool.client import NodePool
+            from pcompile.pool.launcher import DaemonOptions
+
+            options = DaemonOptions(
+                idle_exit=_env_float(ENV_IDLE_EXIT, 300.0), job_timeout=self.timeout, preload=WORKER_PRELOAD
+            )
+            return NodePool(self.settings.cache_dir, options, local_workers=_local_threads())
+        return _LocalPool(_local_threads())
+
+    @property
+    def store(self) -> Any:
+        if self._store is None:
+            from pcompile.store.tiered import default_store
+
+            self._store = default_store()
+        return self._store
+
+    # -- keys ----------------------------------------------------------------------------
+    def key_for(self, job: Any) -> tuple[Key, KeyInputs, dict[str, str]]:
+        """The kernel's key. The target comes from the DeviceProperties in the source (what
+        Triton really compiles for), not from this host, so a CPU-only warm host and the GPU
+        job agree; the device index stays in the source and hence in the key (see report)."""
+        device = self.hook.device_of(job.source)
+        arch = (f"sm_{device[1]}" if device[0] == "cuda" else f"{device[0]}_{device[1]}") if device else "unknown"
+        libdevice = job.extra_env.get("TRITON_LIBDEVICE_PATH")
+        extra = {
+            "artifact": ARTIFACT,
+            "extra_config": canonical_json(job.extra_config).decode(),
+            "libdevice": _file_digest(libdevice) if libdevice else "bundled",
+        }
+        fp = fingerprint(Target(arch, ""), extra=extra, ptxas=True)
+        key, inputs = make_key("kernel", job.source, fp)
+        return key, inputs, fp
+
+    # -- resolving one job ---------------------------------------------------------------
+    def submit(self, job: Any) -> Future:
+        return self._waiters.submit(self.resolve, job)
+
+    def resolve(self, job: Any) -> tuple[Any, int]:
+        """(CachingAutotuner, elapsed_us) for `job`, from the store or freshly compiled."""
+        try:
+            key, inputs, fp = self.key_for(job)
+            store = self.store
+        except Exception as exc:
+            warn_once("store-open", f"pcompile: kernel cache unavailable ({type(exc).__name__}: {exc}); compiling without it")
+            self._count("uncached")
+            return pickle.loads(self.compile(job, None).data)
+
+        def compute() -> Any:
+            from pcompile.store.entry import Entry
+
+            result = self.compile(job, fp)
+            meta = {"kernel": job.kernel_name, "built_by": result.where, "pool": self.kind, "worker_seconds": round(result.seconds, 6)}
+            return Entry(key, {BLOB: result.data}, inputs, meta=meta, compile_seconds=result.seconds)
+
+        try:
+            entry, outcome = store.get_or_compute(key, compute)
+        except (PoolError, OSError) as exc:
+            warn_once("store-compute", f"pcompile: kernel cache failed ({type(exc).__name__}: {exc}); compiling without it")
+            self._count("uncached")
+            return pickle.loads(self.compile(job, None).data)
+        self._count(outcome)
+        try:
+            return pickle.loads(entry.blobs[BLOB])
+        except Exception as exc:  # e.g. an entry from an incompatible build that slipped through
+            warn_once("unpickle", f"pcompile: cached kernel {key} does not load here ({type(exc).__name__}: {exc}); recompiling in-process")
+            self._count("fallback")
+            return pickle.loads(self.hook.compile_in_process(job).data)
+
+    def compile(self, job: Any, fp: dict[str, str] | None) -> Any:
+        """A TritonResult from the pool, or from this process if the pool cannot deliver."""
+        env = None if self.kind == "ray" else job.extra_env
+        if self.kind == "ray" and job.extra_env.get("TRITON_LIBDEVICE_PATH"):
+            return self._fallback(job)  # a custom libdevice path exists only on this host
+        future = self.jobs.submit_job(
+            self.hook.run_triton_job,
+            (job.kernel_name, job.source, env, job.extra_config),
+            weight=float(len(job.source)),
+            timeout=self.timeout,
+            label=job.kernel_name,
+            fallback=functools.partial(self._fallback, job),
+        )
+        try:
+            result = future.result()
+        except (WorkerCrashed, JobTimedOut) as exc:
+            warn_once(f"crash:{job.kernel_name}", f"pcompile: {exc}; compiling {job.kernel_name} in-process instead")
+            return self._fallback(job)
+        if fp is not None and not self._same_build(result.software, fp):
+            warn_once("software", f"pcompile: a worker runs other software ({result.software}) than this process; compiling in-process")
+            return self._fallback(job)
+        return result
+
+    def _fallback(self, job: Any) -> Any:
+        self._count("fallback")
+        return self.hook.compile_in_process(job)
+
+    @staticmethod
+    def _same_build(software: dict[str, str], fp: dict[str, str]) -> bool:
+        return all(software.get(name) == fp.get(name) for name in ("torch", "triton", "ptxas", "python"))
+
+    def _count(self, outcome: str) -> None:
+        with self._counts_lock:
+            self.counts[outcome] = self.counts.get(outcome, 0) + 1
+
+    def shutdown(self) -> None:
+        self._waiters.shutdown(wait=False)
+        self.jobs.shutdown(wait=False)
+
+
+def _local_threads() -> int:
+    from pcompile.pool.sizing import pool_size
+
+    return pool_size().workers
+
+
+class InductorPool:
+    """What `AsyncCompile.process_pool()` returns: `submit(fn, *args, **kwargs) -> Future`."""
+
+    def __init__(self, router: KernelRouter) -> None:
+        self.router = router
+        self.hook = router.hook
+        self._local: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
+        if self.hook.is_ready_probe(fn):
+            future: Future = Future()
+            future.set_result(fn(*args, **kwargs))
+            return future
+        job = self.hook.triton_job(fn, args, kwargs)
+        if job is not None:
+            return self.router.submit(job)
+        with self._lock:
+            if self._local is None:
+                self._local = ThreadPoolExecutor(_local_threads(), thread_name_prefix="pcompile-other")
+        return self._local.submit(fn, *args, **kwargs)
+
+    def shutdown(self, wait: bool = True, *args: Any, **kwargs: Any) -> None:
+        """Inductor calls this at exit and on `shutdown_compile_workers()`; the shared router
+        (and the node daemon) outlive it, the daemon exits on its own when idle."""
+        local, self._local = self._local, None
+        if local is not None:
+            local.shutdown(wait=wait)
+
+    # SubprocPool's extras, for code that calls them on whatever pool it gets.
+    def wakeup(self) -> None:
+        return None
+
+    def quiesce(self) -> None:
+        return None
+
+
+_router: KernelRouter | None = None
+_router_pid: int | None = None
+_install_lock = threading.Lock()
+
+
+def router() -> KernelRouter | None:
+    return _router
+
+
+def _get_router(kind: str, address: str | None) -> KernelRouter:
+    global _router, _router_pid
+    if _router is None or _router_pid != os.getpid():  # a forked child needs its own connection
+        _router = KernelRouter(kind, address)
+        _router_pid = os.getpid()
+    return _router
+
+
+def install_pool() -> bool:
+    """Install the pcompile Triton pool into Inductor; False (stock Inductor) when not possible.
+
+    Idempotent. Skipped inside pcompile's own workers, with PCOMPILE_POOL=off, with an
+    explicit TORCHINDUCTOR_COMPILE_THREADS=1, and on torch/triton versions the gate rejects.
+    """
+    if os.environ.get(ENV_IN_WORKER) == "1":
+        return False
+    kind, address = pool_kind()
+    if kind == "off":
+        return False
+    with _install_lock:
+        try:
+            from pcompile.inductor.compat import CompatError, pool_hook
+
+            try:
+                from pcompile.inductor.gate import unsupported_reason
+            except ImportError:  # the gate module is the backend helper's; tolerate its absence
+                unsupported_reason = lambda: None  # noqa: E731
+            reason = unsupported_reason()
+            if reason:
+                warn_once("pool-gate", f"pcompile: {reason}; Triton kernels compile with stock Inductor")
+                return False
+            try:
+                pool_hook.check()
+            except CompatError as exc:
+                warn_once("pool-compat", f"pcompile: Inductor's compile pool API changed ({exc}); Triton kernels compile with stock Inductor")
+                return False
+            if pool_hook.ensure_compile_threads() <= 1:
+                return False  # the user asked for serial compiles
+            pool_hook.set_ptxas_path()
+            if pool_hook.installed():
+                return True
+            _get_router(kind, address)  # connect (or start the daemon) now, while Dynamo traces
+            pool_hook.install_process_pool(lambda: InductorPool(_get_router(kind, address)))
+            pool_hook.prime_ready()
+            return True
+        except Exception as exc:  # never break a compile over the pool
+            warn_once("pool-install", f"pcompile: could not install the compile pool ({type(exc).__name__}: {exc}); using stock Inductor")
+            return False
+
+
+def uninstall_pool() -> None:
+    global _router
+    with _install_lock:
+        try:
+            from pcompile.inductor.compat import pool_hook
+
+            pool_hook.uninstall_process_pool()
+        except Exception:
+            pass
+        if _router is not None:
+            _router.shutdown()
+            _router = None
+
+
+def counts() -> dict[str, int]:
+    """Outcomes so far in this process: hit / waited / compiled / uncached / fallback."""
+    return dict(_router.counts) if _router is not None else {}
+
+
+__all__ = ["InductorPool", "KernelRouter", "counts", "install_pool", "pool_kind", "router", "uninstall_pool"]
