@@ -1,0 +1,38 @@
+"""`PCOMPILE=1`: pcompile for an unchanged script, through torch's plugin autoload.
+
+At the end of `import torch`, torch calls every entry point of the group `torch.backends`
+(`_import_device_backends`, torch >= 2.5, on unless TORCH_DEVICE_BACKEND_AUTOLOAD=0). pcompile
+registers `autoload` there. It works the same for `pip install -e .` and `pip install .`
+(it is package metadata, not a file dropped into site-packages) and costs nothing unless
+PCOMPILE=1. torch is still initialising at that point, so this only sets environment
+variables and wraps torch.compile's inductor wrapper; the hooks themselves (which import
+Inductor) are installed by the first compile. It must never raise: torch would refuse to import.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+
+ENV = "PCOMPILE"
+
+
+def requested() -> bool:
+    return os.environ.get(ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def autoload() -> None:
+    """Entry point `torch.backends: pcompile`."""
+    if not requested():
+        return
+    try:
+        from pcompile.inductor import env, gate
+
+        if gate.unsupported_reason() is not None:
+            return  # the first compile warns once (hooks.install_hooks) and runs stock
+        env.set_cache_dirs()
+        from pcompile.inductor.install import route_default_backend
+
+        route_default_backend()
+    except Exception as exc:  # never break `import torch`
+        warnings.warn(f"pcompile: PCOMPILE=1 could not hook torch.compile ({type(exc).__name__}: {exc}); "
+                      "running stock Inductor", RuntimeWarning, stacklevel=2)

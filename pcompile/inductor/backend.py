@@ -1,0 +1,92 @@
+"""The `pcompile` dynamo backend: stock Inductor with pcompile's caches underneath.
+
+`torch.compile(m, backend="pcompile", mode=..., options=...)` reaches `pcompile_backend(gm,
+example_inputs, mode=..., options=...)` (torch passes mode/options only when set; `dynamic` and
+`fullgraph` are Dynamo's and never reach a backend). The backend builds exactly the inductor
+wrapper `torch.compile(m, mode=..., options=...)` would have built, so mode tables, option
+validation and the compiler bisector behave as with backend="inductor", and calls it inside a
+pcompile compile scope. The kernels are Inductor's own: pcompile changes where artifacts are
+looked up and published, never what is generated (numerics equal stock Inductor's, apart from
+the backward being lowered with the forward, see compat/lazy_backward.py).
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import sys
+from typing import Any, Callable, Iterator
+
+from pcompile.inductor import flight, gate, hooks
+from pcompile.inductor import compat
+from pcompile.inductor.timing import span
+
+_ALLOWED = {"mode", "options", "dynamic", "config_patches"}
+
+
+def normalize(gm: Any) -> None:
+    """Let graph_normalize (the warm path's key equaliser, built separately) rewrite the graph."""
+    if importlib.util.find_spec("pcompile.inductor.graph_normalize") is None:
+        return
+    try:
+        module = importlib.import_module("pcompile.inductor.graph_normalize")
+        fn = getattr(module, "normalize_placeholder_types", None)
+        if callable(fn):
+            fn(gm)
+    except Exception as exc:
+        gate.warn_once("normalize", f"pcompile: graph normalisation failed ({type(exc).__name__}: {exc}); "
+                       "keys may differ between the warm host and this job")
+
+
+@contextlib.contextmanager
+def compile_scope(gm: Any) -> Iterator[None]:
+    """Everything pcompile wraps around one backend call (hooks assumed on)."""
+    normalize(gm)
+    eager: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+    if compat.check("lazy_backward") is None:
+        from pcompile.inductor.compat import lazy_backward
+
+        eager = lazy_backward.eager_backward()
+    with flight.scope(), eager, span("pcompile.backend", graph=type(gm).__name__):
+        yield
+
+
+def _stock(gm: Any, example_inputs: Any, mode: str | None, options: dict[str, Any] | None,
+           dynamic: bool | None, config_patches: dict[str, Any] | None) -> Any:
+    from pcompile.inductor.compat import compile_wrapper
+
+    if compat.check("compile_wrapper") is None:
+        wrapper = compile_wrapper.make(mode, options, dynamic)
+        if config_patches:
+            wrapper.config.update(config_patches)
+        return compile_wrapper.call_stock(wrapper, gm, example_inputs)
+    merged = dict(options or {})
+    merged.update(config_patches or {})
+    return compile_wrapper.compile_fx_fallback(gm, example_inputs, mode, merged)
+
+
+def pcompile_backend(gm: Any, example_inputs: Any, **kwargs: Any) -> Any:
+    """Dynamo backend: compile `gm` with stock Inductor, every cache layer through pcompile."""
+    unknown = set(kwargs) - _ALLOWED
+    if unknown:
+        raise TypeError(f"pcompile backend got unexpected options {sorted(unknown)}: it takes mode= and options= "
+                        "like backend='inductor'")
+    mode = kwargs.get("mode")
+    options = kwargs.get("options")
+    dynamic = kwargs.get("dynamic")
+    patches = kwargs.get("config_patches")
+    if not hooks.install_hooks():
+        return _stock(gm, example_inputs, mode, options, dynamic, patches)
+    with compile_scope(gm):
+        return _stock(gm, example_inputs, mode, options, dynamic, patches)
+
+
+def _reset() -> None:
+    """torch._dynamo.reset() calls this, as it calls the inductor wrapper's reset."""
+    trees = sys.modules.get("torch._inductor.cudagraph_trees")
+    reset: Callable[[], None] | None = getattr(trees, "reset_cudagraph_trees", None) if trees else None
+    if reset is not None:
+        reset()
+
+
+pcompile_backend.reset = _reset  # type: ignore[attr-defined]

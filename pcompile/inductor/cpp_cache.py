@@ -1,0 +1,89 @@
+"""C++ kernels of CPU graphs in pcompile's store (layer kernel).
+
+Inductor builds every C++ library through `_worker_compile_cpp(lock_path, builders)`; the last
+builder's target (`<inductor cache>/<xx>/<key>.main.so` and the like) is named by Inductor's
+content key, which already covers the source and the full compile command line. The wrapper:
+an existing target is left to Inductor (its local cache); otherwise the store's copy is
+written into place atomically, or, on a miss, Inductor builds it under this process's lease
+and the library is published. A hit skips intermediate object files entirely.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable, Sequence
+
+from pcompile.inductor import flight
+from pcompile.inductor.compat import cpp_compile as compat
+from pcompile.inductor.layer_keys import store_key
+
+BLOB = "lib"
+_DISABLE_ENV = "PCOMPILE_DISABLE"
+
+
+def _inductor_key(target: str) -> str:
+    return f"cpp:{os.path.basename(target)}"
+
+
+def _materialise(target: str, data: bytes | None) -> bool:
+    if not data:
+        return False
+    directory = os.path.dirname(target) or "."
+    tmp = os.path.join(directory, f".{os.path.basename(target)}.pcompile.{os.getpid()}.tmp")
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, target)
+        return True
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return False
+
+
+def make_wrapper(original: Callable[[str, Sequence[Any]], None]) -> Callable[[str, Sequence[Any]], None]:
+    def _worker_compile_cpp(lock_path: str, cpp_builders: Sequence[Any]) -> None:
+        if not cpp_builders or os.environ.get(_DISABLE_ENV) == "1":
+            return original(lock_path, cpp_builders)
+        try:
+            target = compat.target_path(cpp_builders[-1])
+        except Exception:
+            return original(lock_path, cpp_builders)
+        if os.path.exists(target):
+            return original(lock_path, cpp_builders)  # Inductor's local cache has it
+        ikey = _inductor_key(target)
+        entry = flight.lookup("cpp", ikey, single_flight=True)
+        if entry is not None and _materialise(target, entry.blobs.get(BLOB)):
+            return None
+        t0 = time.perf_counter()
+        try:
+            result = original(lock_path, cpp_builders)
+            try:
+                with open(target, "rb") as handle:
+                    data = handle.read()
+            except OSError:
+                data = b""
+            if data:
+                flight.publish("cpp", ikey, {BLOB: data}, meta={"source": "inductor.cpp", "file": os.path.basename(target)},
+                               compile_seconds=time.perf_counter() - t0)
+            return result
+        finally:
+            try:
+                flight.release(store_key("cpp", ikey)[0])
+            except Exception:
+                pass
+
+    _worker_compile_cpp.__doc__ = "pcompile: C++ kernel builds through the store (see pcompile.inductor.cpp_cache)"
+    return _worker_compile_cpp
+
+
+def install() -> None:
+    compat.install(make_wrapper)
+
+
+def uninstall() -> None:
+    compat.uninstall()

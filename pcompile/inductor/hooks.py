@@ -1,0 +1,145 @@
+"""Turn pcompile's cache hooks on, once per process, layer by layer.
+
+Order of decisions:
+1. PCOMPILE_DISABLE=1: nothing (silently; the user asked).
+2. The version gate: an unknown torch/triton gets one warning and no hooks at all.
+3. Cache directories (environment, inherited by compile workers).
+4. Each layer whose compat module works here: graph/autograd/autotune through Inductor's
+   remote-cache plug point, Triton kernels through Triton's cache manager, C++ kernels through
+   Inductor's C++ build function. A layer whose private API moved stays stock, and one warning
+   names all such layers: the others still work, and nothing is half-hooked.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import threading
+
+from pcompile.inductor import env, gate
+from pcompile.inductor import compat
+
+log = logging.getLogger("pcompile.inductor")
+
+ENV_DISABLE = "PCOMPILE_DISABLE"
+
+
+@dataclasses.dataclass
+class HookState:
+    decided: bool = False
+    active: bool = False
+    layers: tuple[str, ...] = ()
+    stock: dict[str, str] = dataclasses.field(default_factory=dict)
+    flags: dict[str, bool] = dataclasses.field(default_factory=dict)
+
+
+state = HookState()
+_lock = threading.RLock()
+
+
+def disabled_by_user() -> bool:
+    return os.environ.get(ENV_DISABLE, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def install_hooks() -> bool:
+    """Idempotent. True if at least one pcompile cache layer is active in this process."""
+    with _lock:
+        if state.decided:
+            return state.active
+        state.decided = True
+        if disabled_by_user() or not gate.supported():
+            return False
+        try:
+            env.set_cache_dirs()
+        except Exception as exc:
+            gate.warn_once("env", f"pcompile: cannot resolve the cache directory ({exc}); compiling with stock Inductor")
+            return False
+        layers: list[str] = []
+        stock: dict[str, str] = {}
+        _install_remote(layers, stock)
+        _install_triton(layers, stock)
+        _install_cpp(layers, stock)
+        state.layers = tuple(layers)
+        state.stock = stock
+        state.active = bool(layers)
+        if stock:
+            detail = "; ".join(f"{layer}: {why}" for layer, why in sorted(stock.items()))
+            gate.warn_once("partial", f"pcompile: these cache layers stay stock in this torch/triton ({detail}); "
+                           "the other layers are cached. Please report this with your torch and triton versions")
+        log.info("pcompile: hooks on for %s", ", ".join(layers) or "nothing")
+        _install_pool()
+        return state.active
+
+
+def _install_remote(layers: list[str], stock: dict[str, str]) -> None:
+    reason = compat.check("remote_cache")
+    if reason is not None:
+        for layer in ("graph", "autograd", "autotune"):
+            stock[layer] = reason
+        return
+    from pcompile.inductor import remote_backend
+    from pcompile.inductor.compat import remote_cache
+
+    remote_backend.install()
+    state.flags = remote_cache.enable_flags()
+    layers.extend(["graph", "autograd", "autotune"])
+
+
+def _install_triton(layers: list[str], stock: dict[str, str]) -> None:
+    if gate.triton_version() is None:
+        return  # no Triton: no Triton kernels to cache
+    reason = compat.check("triton_cache_manager")
+    if reason is None:
+        try:
+            from pcompile.inductor import triton_cache  # the class must build before triton is told to use it
+
+            if env.set_triton_manager(triton_cache.MANAGER_PATH):
+                layers.append("kernel.triton")
+            return
+        except Exception as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+    stock["kernel.triton"] = reason
+
+
+def _install_cpp(layers: list[str], stock: dict[str, str]) -> None:
+    reason = compat.check("cpp_compile")
+    if reason is None:
+        from pcompile.inductor import cpp_cache
+
+        cpp_cache.install()
+        layers.append("kernel.cpp")
+    else:
+        stock["kernel.cpp"] = reason
+
+
+def _install_pool() -> None:
+    """Let the compile pool (pcompile.inductor.pool_install, built separately) hook in, if present."""
+    import importlib.util
+
+    if importlib.util.find_spec("pcompile.inductor.pool_install") is None:
+        return
+    try:
+        import pcompile.inductor.pool_install as pool_install
+
+        install = getattr(pool_install, "install", None)
+        if callable(install):
+            install()
+    except Exception as exc:
+        gate.warn_once("pool", f"pcompile: the compile pool could not start ({type(exc).__name__}: {exc}); compiling in-process")
+
+
+def uninstall_hooks() -> None:
+    """Back to stock (tests). Environment variables pcompile set are left as they are."""
+    with _lock:
+        if compat.check("remote_cache") is None:
+            from pcompile.inductor import remote_backend
+
+            remote_backend.uninstall()
+        if compat.check("cpp_compile") is None:
+            from pcompile.inductor import cpp_cache
+
+            cpp_cache.uninstall()
+        env.clear_triton_manager("pcompile.inductor.triton_cache:StoreCacheManager")
+        state.decided = False
+        state.active = False
+        state.layers = ()

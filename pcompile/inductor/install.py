@@ -1,0 +1,62 @@
+"""`pcompile.install()`: make an unchanged `torch.compile(m)` compile through pcompile.
+
+`torch.compile(m)` and `torch.compile(m, backend="inductor")` build torch's inductor wrapper and
+call it once per graph; install() wraps that call (compat/compile_wrapper.py) so each graph gets
+pcompile's compile scope, and turns the cache hooks on. Everything the wrapper does with mode
+and options is untouched. `PCOMPILE=1` does the same from `import torch` on (see autoload.py).
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from pcompile.inductor import compat, hooks
+
+_lock = threading.Lock()
+
+
+def _routed(original: Any, wrapper: Any, gm: Any, example_inputs: Any, **kwargs: Any) -> Any:
+    if not hooks.install_hooks():
+        return original(wrapper, gm, example_inputs, **kwargs)
+    from pcompile.inductor.backend import compile_scope
+
+    with compile_scope(gm):
+        return original(wrapper, gm, example_inputs, **kwargs)
+
+
+def route_default_backend() -> bool:
+    """Wrap torch.compile's inductor wrapper (idempotent); False if that API moved.
+
+    Only the class's shape is checked here: this also runs while `import torch` is finishing
+    (PCOMPILE=1), when building a wrapper would import Inductor too early.
+    """
+    from pcompile.inductor.compat import CompatError, compile_wrapper
+
+    with _lock:
+        try:
+            compile_wrapper.check_shape()
+        except (CompatError, AttributeError):
+            return False
+        compile_wrapper.route_through(_routed)
+        return True
+
+
+def install() -> bool:
+    """Idempotent. True if pcompile now serves `torch.compile(m)`; False (warned once) if it runs stock."""
+    if not hooks.install_hooks():
+        return False
+    if not route_default_backend():
+        from pcompile.inductor import gate
+
+        gate.warn_once("route", "pcompile: cannot route torch.compile's default backend in this torch; "
+                       "use torch.compile(m, backend='pcompile') (the caches are on either way)")
+    return True
+
+
+def uninstall() -> None:
+    """Undo install() (tests)."""
+    if compat.check("compile_wrapper") is None:
+        from pcompile.inductor.compat import compile_wrapper
+
+        compile_wrapper.unroute()
+    hooks.uninstall_hooks()

@@ -1,0 +1,113 @@
+"""Triton kernels (cubin + metadata + IRs) in pcompile's store: a Triton CacheManager.
+
+Named by `TRITON_CACHE_MANAGER=pcompile.inductor.triton_cache:StoreCacheManager`, which every
+compile worker inherits. It is Triton's FileCacheManager (files always live in Triton's local
+cache dir: Inductor's static launcher opens the .cubin by path) plus the store:
+
+- `get_group` (Triton asks before compiling): local files first; otherwise the store's entry
+  for this kernel, written into the local dir before answering. On a miss this process takes
+  the kernel's lease (another process compiling the same kernel makes us wait for its entry).
+- `put_group` (Triton is done): the whole group (every file the compile produced, including the
+  metadata JSON) becomes ONE store entry, so a reader gets all of a kernel's files or none.
+
+Triton builds one manager per compile; the lease is released at the publish, or when the manager
+is dropped without one (the compile raised).
+"""
+from __future__ import annotations
+
+import os
+import weakref
+from typing import Any
+
+from pcompile.inductor import flight
+from pcompile.inductor.compat import triton_cache_manager as compat
+
+MANAGER_PATH = "pcompile.inductor.triton_cache:StoreCacheManager"
+_DISABLE_ENV = "PCOMPILE_DISABLE"
+
+
+def _inductor_key(key: str, filename: str) -> str:
+    return f"triton:{key}:{filename}"
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+class StoreCacheManager(compat.file_cache_manager()):  # type: ignore[misc]
+    """A FileCacheManager whose misses consult, and whose groups publish to, pcompile's store."""
+
+    def __init__(self, key: str, override: bool = False, dump: bool = False) -> None:
+        super().__init__(key, override=override, dump=dump)
+        # Dump/override managers serve debugging tools keyed by source hash only: stay local.
+        self._local_only = bool(override or dump) or os.environ.get(_DISABLE_ENV) == "1"
+        self._leased: str | None = None
+
+    def get_group(self, filename: str) -> dict[str, str] | None:
+        found = super().get_group(filename)
+        if found is not None or self._local_only:
+            return found
+        ikey = _inductor_key(self.key, filename)
+        entry = flight.lookup("triton", ikey, single_flight=True)
+        if entry is None:
+            self._lease_until_done(ikey)
+            return None
+        return self._materialise(filename, entry.blobs)
+
+    def _lease_until_done(self, ikey: str) -> None:
+        from pcompile.inductor.layer_keys import store_key
+
+        name = str(store_key("triton", ikey)[0])
+        lease = flight.held_lease(name)
+        if lease is not None:
+            self._leased = name
+            weakref.finalize(self, flight.release, name, lease)
+
+    def _materialise(self, filename: str, blobs: dict[str, bytes]) -> dict[str, str] | None:
+        group: dict[str, str] = {}
+        for name, data in blobs.items():
+            if os.sep in name or name.startswith("."):
+                return None  # not a file name Triton produced: refuse rather than write outside
+            group[name] = self.put(data, name, binary=True)
+        super().put_group(filename, group)
+        return group
+
+    def put_group(self, filename: str, group: dict[str, str]) -> Any:
+        path = super().put_group(filename, group)
+        if self._local_only:
+            return path
+        blobs: dict[str, bytes] = {}
+        for name, child in group.items():
+            data = _read(child)
+            if data is None:
+                flight.release(self._leased or "")
+                return path  # a file vanished under us: publish nothing rather than half a kernel
+            blobs[os.path.basename(name)] = data
+        meta = {"source": "triton", "triton_hash": self.key, "group": filename, "files": sorted(blobs)}
+        target = _target_of(blobs.get(filename))
+        if target:
+            meta["target"] = target
+        flight.publish("triton", _inductor_key(self.key, filename), blobs, meta=meta)
+        self._leased = None
+        return path
+
+
+def _target_of(metadata: bytes | None) -> str | None:
+    """"cuda:90"-style target from the kernel's metadata JSON (for `explain`; not in the key)."""
+    if not metadata:
+        return None
+    try:
+        import json
+
+        target = json.loads(metadata).get("target") or {}
+        if isinstance(target, dict):
+            return f"{target.get('backend')}:{target.get('arch')}"
+        if isinstance(target, (list, tuple)) and len(target) >= 2:
+            return f"{target[0]}:{target[1]}"
+    except (ValueError, AttributeError):
+        return None
+    return None
