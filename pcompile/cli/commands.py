@@ -4,6 +4,7 @@ from __future__ import annotations
 COMMAND_MODULES: list[str] = [
     "stats_cmd",
     "verify_cmd",
+    "keygen_cmd",
     "gc_cmd",
     "explain_cmd",
     "pin_cmd",
