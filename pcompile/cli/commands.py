@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 COMMAND_MODULES: list[str] = [
+    "warm_cmd",
+    "profile_cmd",
     "stats_cmd",
     "verify_cmd",
     "keygen_cmd",

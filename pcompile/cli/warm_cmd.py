@@ -1,0 +1,75 @@
+"""`pcompile warm SCRIPT`: compile a training script's graphs and kernels on a host with no GPU."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from pcompile.cli.common import add_common
+
+
+def _add_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", default=None, help="device profile: built-in name (h100, sm_90) or a file from `pcompile profile`")
+    p.add_argument("--steps", type=int, default=2, help="training steps to run (default 2: step 2 catches recompiles)")
+    p.add_argument("--world-size", type=int, default=0, help="run as rank 0 of W with a fake process group (DDP/FSDP scripts)")
+    p.add_argument("--check", action="store_true", help="also report what fraction of lookups hit before this run")
+    p.add_argument("--strict", action="store_true", help="fail if a native kernel launches while Inductor compiles")
+    p.add_argument("--timeout", type=float, default=None, help="give up after this many seconds")
+    add_common(p)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "warm", help="fill the caches for a training script on a CPU-only host (virtual GPU)",
+        usage="pcompile warm SCRIPT [--target PROFILE] [--steps N] [--world-size W] [--check] [-- SCRIPT ARGS]",
+        description="Run an unchanged training script on fake tensors under a compile-only virtual GPU, so its "
+                    "FX graph, AOTAutograd and Triton cache entries exist before the GPU job starts.")
+    _add_options(p)
+    p.add_argument("rest", nargs=argparse.REMAINDER, metavar="SCRIPT ...", help="the training script, options, then -- and its arguments")
+    p.set_defaults(func=run)
+
+
+def split_rest(args: argparse.Namespace) -> tuple[str, list[str]]:
+    """Options may follow SCRIPT (argparse stops at the first positional): parse them here."""
+    from pcompile.errors import PcompileError
+
+    rest = list(args.rest)
+    script_args: list[str] = []
+    if "--" in rest:
+        i = rest.index("--")
+        rest, script_args = rest[:i], rest[i + 1:]
+    inner = argparse.ArgumentParser(prog="pcompile warm", add_help=False)
+    _add_options(inner)
+    inner.add_argument("script")
+    inner.set_defaults(**{k: v for k, v in vars(args).items() if k not in ("rest", "func")})
+    ns, unknown = inner.parse_known_args(rest)
+    if unknown:
+        raise PcompileError(f"unrecognized arguments {' '.join(unknown)}; put the script's own arguments after --")
+    for k, v in vars(ns).items():
+        setattr(args, k, v)
+    return ns.script, script_args
+
+
+def run(args: argparse.Namespace) -> int:
+    from pcompile.warm.runner import WarmOptions, lines, run_warm
+
+    if not args.rest:
+        from pcompile.errors import PcompileError
+
+        raise PcompileError("name the training script: pcompile warm SCRIPT [options] [-- script args]")
+    script, script_args = split_rest(args)
+    result = run_warm(WarmOptions(
+        script=script, script_args=script_args, target=args.target, steps=args.steps,
+        world_size=args.world_size, strict=args.strict, check=args.check, cache_dir=args.cache_dir,
+        shared_dir=args.shared_dir, timeout=args.timeout))
+    if args.json:
+        json.dump({"exit_code": result.exit_code, "seconds": result.seconds, "written": result.written,
+                   "report": result.report, "profile": result.profile.board}, sys.stdout, default=str)
+        sys.stdout.write("\n")
+    else:
+        for line in lines(result, check=args.check):
+            sys.stdout.write(line + "\n")
+    if result.exit_code != 0:
+        sys.stderr.write(f"pcompile: error: {result.report.get('error') or 'warm failed'}\n")
+        return 2 if result.exit_code == 3 else 1
+    return 0

@@ -1,0 +1,192 @@
+"""The warm process: runs an unchanged training script on fake tensors under the virtual device.
+
+Started only by `pcompile warm` (runner.py), with LD_PRELOAD set to the virtual device and the
+Inductor caches pointed at pcompile's cache dir. It installs the adjustments in compat.py, runs
+the script under one FakeTensorMode until N steps are done, and writes a JSON report for the
+parent. Usage: python -m pcompile.warm.child SPEC.json
+"""
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+EXIT_OK = 0
+EXIT_SCRIPT_ERROR = 3
+EXIT_UNSUPPORTED = 4
+
+
+class _Strict:
+    """Strict launches only inside Inductor's compile windows (nesting-safe)."""
+
+    def __init__(self, wanted: bool) -> None:
+        self.wanted = wanted
+        self.depth = 0
+        self.max_autotune_seen = False
+
+    def enter(self) -> None:
+        from pcompile.vdev import preload
+        from pcompile.warm import compat
+
+        self.depth += 1
+        if compat.max_autotune_enabled():
+            self.max_autotune_seen = True
+        if self.wanted and self.depth == 1:
+            preload.set_strict(True)
+
+    def leave(self) -> None:
+        from pcompile.vdev import preload
+
+        self.depth -= 1
+        if self.wanted and self.depth == 0:
+            preload.set_strict(False)
+
+
+def _install_pcompile_backend() -> str:
+    """Route the default backend through pcompile when the inductor integration exists."""
+    try:
+        import importlib.util
+
+        if importlib.util.find_spec("pcompile.inductor.install") is None:
+            return "not available (stock Inductor caches only)"
+    except (ImportError, ValueError):
+        return "not available (stock Inductor caches only)"
+    import pcompile
+
+    pcompile.install()
+    return "installed"
+
+
+def _explain(exc: BaseException) -> str | None:
+    """A one-line explanation for errors that come from running on fake tensors."""
+    from pcompile.warm.scalars import WarmValueError, decision_error
+
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, WarmValueError):
+            return str(cur)
+        name = type(cur).__name__
+        if name in ("DataDependentOutputException", "DynamicOutputShapeException"):
+            # find the user's line in the traceback
+            site = _user_line_from_tb(exc)
+            err = decision_error(f"an op whose output depends on tensor values ({name})")
+            return f"{site}: {str(err).split(': ', 1)[-1]}" if site else str(err)
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def _user_line_from_tb(exc: BaseException) -> str | None:
+    from pcompile.warm import scalars
+
+    tb = traceback.extract_tb(exc.__traceback__)
+    for fs in reversed(tb):
+        if scalars._SCRIPT and os.path.realpath(fs.filename) == scalars._SCRIPT:
+            return f"{fs.filename}:{fs.lineno}: `{(fs.line or '').strip()}`"
+    return None
+
+
+def run(spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    t0 = time.monotonic()
+    report: dict[str, Any] = {"status": "error", "steps_done": 0, "autotune_unselected": {}}
+    import torch
+
+    from pcompile.vdev import preload
+    from pcompile.warm import compat, scalars
+    from pcompile.warm.stop import StepCounter, WarmStop
+
+    report["torch"] = torch.__version__
+    missing = compat.check()
+    if missing or not compat.version_supported():
+        report["error"] = (f"torch {torch.__version__} is not supported by pcompile warm (needs 2.11-2.14"
+                           + (f"; missing private APIs: {', '.join(missing)}" if missing else "") + ")")
+        return EXIT_UNSUPPORTED, report
+    strict = _Strict(bool(spec.get("strict")))
+    preload.set_strict(False)
+    report["pcompile_backend"] = _install_pcompile_backend()
+
+    unselected: dict[str, int] = report["autotune_unselected"]
+
+    def on_unselected(name: str, n: int) -> None:
+        unselected[name] = n
+
+    compat.allow_fake_param_moves()
+    compat.route_wrapper_allocations()
+    compat.skip_kernel_launches(on_unselected)
+    compat.fold_constants_on_cpu()
+    compat.placeholder_repr_for_device_tensors()
+    compat.during_inductor_compile(strict.enter, strict.leave)
+    from pcompile.inductor.graph_normalize import normalize_placeholder_types
+
+    compat.normalize_graphs_before_inductor(normalize_placeholder_types)
+    mode = compat.new_fake_mode()
+    compat.fake_scalar_reads(lambda t: getattr(t, "fake_mode", None) is mode, scalars.read_fake)
+    if spec.get("world_size"):
+        from pcompile.warm import fakepg
+
+        fakepg.install(int(spec["world_size"]))
+
+    steps = int(spec.get("steps", 2))
+
+    progress_file = os.environ.get("PCOMPILE_WARM_PROGRESS")
+
+    def on_step(k: int, elapsed: float) -> None:
+        if progress_file:
+            with open(progress_file, "a") as fh:
+                fh.write(f"{k} {elapsed:.3f}\n")
+
+    counter = StepCounter(steps, on_step)
+    counter.install()
+    script = spec["script"]
+    scalars.set_script(script)
+    sys.argv = [script, *spec.get("args", [])]
+    sys.path.insert(0, str(Path(script).resolve().parent))
+    code = EXIT_OK
+    try:
+        with mode:
+            runpy.run_path(script, run_name="__main__")
+        report["status"] = "completed"
+    except WarmStop:
+        report["status"] = "stopped"
+    except SystemExit as exc:
+        if exc.code in (0, None):
+            report["status"] = "completed"
+        else:
+            report["error"] = f"the script exited with status {exc.code}"
+            code = EXIT_SCRIPT_ERROR
+    except BaseException as exc:  # report, never hang the parent
+        msg = _explain(exc)
+        if msg is None:
+            tb = traceback.format_exception(exc)
+            sys.stderr.write("".join(tb))
+            msg = f"the script failed under warm: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        report["error"] = msg
+        code = EXIT_SCRIPT_ERROR
+    report["steps_done"] = counter.done
+    report["seconds"] = round(time.monotonic() - t0, 3)
+    report["counters"] = compat.counters()
+    report["vdev"] = preload.stats_here()
+    report["max_autotune"] = strict.max_autotune_seen or compat.max_autotune_enabled()
+    return code, report
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    spec = json.loads(Path(argv[0]).read_text())
+    code, report = run(spec)
+    tmp = Path(spec["report"] + ".tmp")
+    tmp.write_text(json.dumps(report, default=str))
+    os.replace(tmp, spec["report"])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

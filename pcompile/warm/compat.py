@@ -1,0 +1,308 @@
+"""Every private torch API the warm path touches, in one place, for torch 2.11 to 2.14.
+
+The warm child runs an ordinary training script on fake tensors under the virtual device. Stock
+torch then needs a few adjustments so that executing compiled code does nothing, no value is
+read from device memory (which holds garbage), and module moves work on fakes. Each function
+here installs one adjustment and names the private symbol it relies on; `check()` verifies they
+all still exist so a torch upgrade fails loudly (tests/test_warm_compat.py) instead of warming
+wrongly.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import torch
+
+SUPPORTED = ((2, 11), (2, 14))
+
+# (module path, attribute) of every private symbol used below.
+PRIVATE_SYMBOLS: list[tuple[str, str]] = [
+    ("torch._subclasses.fake_tensor", "FakeTensor"),
+    ("torch._subclasses.fake_tensor", "FakeTensorMode"),
+    ("torch._C._dynamo.guards", "_empty_strided_cuda"),
+    ("torch._C._dynamo.guards", "_empty_strided_cpu"),
+    ("torch._C._dynamo.guards", "_reinterpret_tensor"),
+    ("torch._C._dynamo.guards", "assert_alignment"),
+    ("torch._inductor.runtime.triton_heuristics", "CachingAutotuner"),
+    ("torch._inductor.fx_passes.joint_graph", "UniformValueConstantFolder"),
+    ("torch._inductor.constant_folding", "ConstantFolder"),
+    ("torch._inductor.compile_fx", "joint_graph_passes"),
+    ("torch._inductor.compile_fx", "_compile_fx_inner"),
+    ("torch._inductor.compile_fx", "compile_fx"),
+    ("torch._tensor_str", "_str"),
+    ("torch._dynamo.utils", "counters"),
+]
+
+
+def torch_version() -> tuple[int, int]:
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    return int(major), int(minor)
+
+
+def version_supported() -> bool:
+    return SUPPORTED[0] <= torch_version() <= SUPPORTED[1]
+
+
+def _resolve(module: str, attr: str) -> Any:
+    import importlib
+
+    return getattr(importlib.import_module(module), attr)
+
+
+def check() -> list[str]:
+    """Names of private symbols that are missing in this torch (empty when all is well)."""
+    missing = []
+    for module, attr in PRIVATE_SYMBOLS:
+        try:
+            _resolve(module, attr)
+        except (ImportError, AttributeError):
+            missing.append(f"{module}.{attr}")
+    return missing
+
+
+# ------------------------------------------------------------------ fake tensors
+def new_fake_mode() -> Any:
+    """The mode the whole script runs under; real inputs (CPU data, numpy) are fakified on use."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return FakeTensorMode(allow_non_fake_inputs=True)
+
+
+def is_fake(t: object) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(t, FakeTensor)
+
+
+def active_fake_mode() -> Any:
+    return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
+
+
+def allow_fake_param_moves() -> None:
+    """`model.cuda()` on fake parameters: nn.Module._apply swaps fakes (torch.utils.swap_tensors),
+    which refuses tensors with weakrefs, and FakeTensorMode memoizes every fake weakly. Drop the
+    two memo entries first (only a lookup cache) so the swap goes through."""
+    import torch.utils as tu
+
+    original = tu.swap_tensors
+    if getattr(original, "_pcompile", False):
+        return
+
+    def swap_tensors(t1: torch.Tensor, t2: torch.Tensor) -> None:
+        for t in (t1, t2):
+            if is_fake(t):
+                memo = t.fake_mode.fake_tensor_converter.meta_converter.tensor_memo
+                for key, value in list(memo.items()):
+                    if value is t1 or value is t2:
+                        del memo[key]
+        return original(t1, t2)
+
+    swap_tensors._pcompile = True  # type: ignore[attr-defined]
+    tu.swap_tensors = swap_tensors
+
+
+# ------------------------------------------------------------------ executing compiled code on fakes
+def route_wrapper_allocations() -> None:
+    """Inductor's generated wrappers allocate through C++ helpers that bypass the dispatcher and
+    would hand real (garbage) device buffers to the next op. Under the script's fake mode, build
+    fakes instead; outside it, keep stock behaviour. Must run before any compiled module loads."""
+    g = torch._C._dynamo.guards
+    if getattr(g, "_pcompile_routed", False):
+        return
+
+    def empty_like_device(device: str, original: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+        def empty_strided(size: Any, stride: Any, dtype: torch.dtype, *rest: Any) -> torch.Tensor:
+            if active_fake_mode() is not None:
+                return torch.empty_strided(size, stride, dtype=dtype, device=device)
+            return original(size, stride, dtype, *rest)
+
+        return empty_strided
+
+    g._empty_strided_cuda = empty_like_device("cuda", g._empty_strided_cuda)
+    g._empty_strided_cpu = empty_like_device("cpu", g._empty_strided_cpu)
+    if hasattr(g, "_empty_strided_cpu_pinned"):
+        g._empty_strided_cpu_pinned = empty_like_device("cpu", g._empty_strided_cpu_pinned)
+
+    original_reinterpret = g._reinterpret_tensor
+
+    def reinterpret_tensor(t: torch.Tensor, size: Any, stride: Any, offset: int = 0) -> torch.Tensor:
+        if is_fake(t):
+            return torch.as_strided(t, size, stride, t.storage_offset() + offset)
+        return original_reinterpret(t, size, stride, offset)
+
+    g._reinterpret_tensor = reinterpret_tensor
+    original_alignment = g.assert_alignment
+
+    def assert_alignment(t: torch.Tensor, *args: Any) -> None:
+        if is_fake(t):
+            return None
+        return original_alignment(t, *args)
+
+    g.assert_alignment = assert_alignment
+    g._pcompile_routed = True
+
+
+def skip_kernel_launches(on_unselected: Callable[[str, int], None]) -> None:
+    """CachingAutotuner.run launches (and, with several configs, benchmarks) a Triton kernel. On
+    the virtual device it must do neither; `on_unselected(name, n_configs)` records kernels whose
+    autotune winner could therefore not be picked."""
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    if getattr(CachingAutotuner.run, "_pcompile", False):
+        return
+
+    def run(self: Any, *args: Any, **kwargs: Any) -> None:
+        n = len(getattr(self, "launchers", None) or getattr(self, "compile_results", None) or self.configs or [])
+        if n > 1:
+            on_unselected(getattr(self.fn, "__name__", "?"), n)
+        return None
+
+    run._pcompile = True  # type: ignore[attr-defined]
+    CachingAutotuner.run = run
+
+
+class _OnCpu(torch.utils._python_dispatch.TorchDispatchMode):
+    """Evaluates every op on CPU: real device tensors are copied over, device=cuda becomes cpu."""
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        from torch.utils._pytree import tree_map
+
+        def to_cpu(x: Any) -> Any:
+            if isinstance(x, torch.Tensor) and x.device.type == "cuda" and not is_fake(x):
+                return x.cpu()
+            if isinstance(x, torch.device) and x.type == "cuda":
+                return torch.device("cpu")
+            return x
+
+        args, kwargs = tree_map(to_cpu, (args, kwargs or {}))
+        return func(*args, **kwargs)
+
+
+def fold_constants_on_cpu() -> None:
+    """Inductor's joint-graph pass `constant_fold_uniform_value` evaluates small tensors on the
+    device and reads them back; here that would fold stale memory into kernels. Evaluate the
+    folder on CPU (the replacement nodes take their device from the graph, not the value)."""
+    from torch._inductor.constant_folding import ConstantFolder
+    from torch._inductor.fx_passes.joint_graph import UniformValueConstantFolder
+
+    if getattr(UniformValueConstantFolder.__init__, "_pcompile", False):
+        return
+    original_init = UniformValueConstantFolder.__init__
+    original_run = ConstantFolder.run
+
+    @functools.wraps(original_init)
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        with _OnCpu():
+            original_init(self, *args, **kwargs)
+
+    @functools.wraps(original_run)
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not isinstance(self, UniformValueConstantFolder):
+            return original_run(self, *args, **kwargs)
+        with _OnCpu():
+            return original_run(self, *args, **kwargs)
+
+    init._pcompile = True  # type: ignore[attr-defined]
+    UniformValueConstantFolder.__init__ = init
+    ConstantFolder.run = run
+
+
+def placeholder_repr_for_device_tensors() -> None:
+    """Printing a real CUDA tensor reads device memory (garbage here; torch 2.11's guard builder
+    does it for optimizer state and once allocated 24 GB). Print a placeholder instead."""
+    import torch._tensor_str as ts
+
+    original = ts._str
+    if getattr(original, "_pcompile", False):
+        return
+
+    def _str(self: torch.Tensor, *, tensor_contents: Any = None) -> str:
+        if self.device.type == "cuda" and not is_fake(self):
+            return f"tensor(<no values on the pcompile virtual device>, size={tuple(self.shape)}, dtype={self.dtype}, device='{self.device}')"
+        return original(self, tensor_contents=tensor_contents)
+
+    _str._pcompile = True  # type: ignore[attr-defined]
+    ts._str = _str
+
+
+def fake_scalar_reads(owned: Callable[[Any], bool], read: Callable[[Any, str], Any]) -> None:
+    """Route value reads of the script's fake tensors (`.item()`, `bool()`, `float()`, ...) to
+    `read(tensor, how)`, which returns a stand-in or raises a clear error. `owned(tensor)` limits
+    this to the script's own fakes: Dynamo's internal fakes keep stock behaviour."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if getattr(FakeTensor, "_pcompile_reads", False):
+        return
+    for name in ("item", "tolist", "__bool__", "__float__", "__int__", "__index__", "numpy"):
+        original = getattr(FakeTensor, name)
+
+        def make(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+            def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+                if owned(self):
+                    return read(self, name)
+                return original(self, *args, **kwargs)
+
+            method.__name__ = name
+            return method
+
+        setattr(FakeTensor, name, make(name, original))
+    FakeTensor._pcompile_reads = True
+
+
+# ------------------------------------------------------------------ compile windows and caches
+def during_inductor_compile(enter: Callable[[], None], leave: Callable[[], None]) -> None:
+    """Call enter()/leave() around Inductor's joint-graph passes and each inner compile
+    (forward, and the lazily compiled backward), the windows where strict mode applies."""
+    import torch._inductor.compile_fx as cfx
+
+    if getattr(cfx._compile_fx_inner, "_pcompile", False):
+        return
+
+    def windowed(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def inner(*args: Any, **kwargs: Any) -> Any:
+            enter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                leave()
+
+        inner._pcompile = True  # type: ignore[attr-defined]
+        return inner
+
+    cfx.joint_graph_passes = windowed(cfx.joint_graph_passes)
+    cfx._compile_fx_inner = windowed(cfx._compile_fx_inner)
+
+
+def normalize_graphs_before_inductor(normalize: Callable[[Any], Any]) -> None:
+    """Dynamo annotates graph inputs with the type of the value it saw (FakeTensor here,
+    Parameter/Tensor in the GPU job) and AOTAutograd hashes that code. Normalise every graph
+    that reaches Inductor, whichever backend string the script used (the pcompile backend does
+    the same; doing it twice is harmless)."""
+    import torch._inductor.compile_fx as cfx
+
+    original = cfx.compile_fx
+    if getattr(original, "_pcompile", False):
+        return
+
+    @functools.wraps(original)
+    def compile_fx(model: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(model, torch.fx.GraphModule):
+            model = normalize(model)
+        return original(model, *args, **kwargs)
+
+    compile_fx._pcompile = True  # type: ignore[attr-defined]
+    cfx.compile_fx = compile_fx
+
+
+def counters() -> dict[str, dict[str, int]]:
+    from torch._dynamo.utils import counters as c
+
+    return {k: dict(v) for k, v in c.items()}
+
+
+def max_autotune_enabled() -> bool:
+    import torch._inductor.config as ic
+
+    return bool(ic.max_autotune or ic.max_autotune_gemm or ic.max_autotune_pointwise or ic.coordinate_descent_tuning)

@@ -1,0 +1,30 @@
+"""`--world-size W`: run a torchrun-style script as rank 0 of W with a fake process group.
+
+Collectives on the fake group return immediately, so DDP/FSDP wrap and trace as they would on
+rank 0 of a real job and their graphs (bucketed by DDPOptimizer, or with collectives inside)
+are warmed. The script's own `init_process_group(...)` call is redirected to the fake backend.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+def env_for(world_size: int) -> dict[str, str]:
+    """torchrun's variables for rank 0 of `world_size` on one node."""
+    return {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": str(world_size), "LOCAL_WORLD_SIZE": str(world_size),
+            "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+
+
+def install(world_size: int) -> None:
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore  # registers the "fake" backend
+
+    original = dist.init_process_group
+
+    def init_process_group(backend: Any = None, init_method: Any = None, *args: Any, **kwargs: Any) -> Any:
+        for k in ("store", "world_size", "rank", "init_method"):
+            kwargs.pop(k, None)
+        kwargs.pop("device_id", None)  # binding a device would eagerly create a real communicator
+        return original("fake", store=FakeStore(), world_size=world_size, rank=0, **kwargs)
+
+    dist.init_process_group = init_process_group

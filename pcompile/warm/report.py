@@ -1,0 +1,48 @@
+"""The end-of-warm report: what was compiled and written, what could not be warmed, and why."""
+from __future__ import annotations
+
+from typing import Any
+
+
+def _c(report: dict[str, Any], group: str, key: str) -> int:
+    return int(report.get("counters", {}).get(group, {}).get(key, 0))
+
+
+def coverage(report: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """(hits, lookups) per graph-cache layer as seen by this run, before it wrote anything."""
+    fx_hit, fx_miss = _c(report, "inductor", "fxgraph_cache_hit"), _c(report, "inductor", "fxgraph_cache_miss")
+    aot_hit, aot_miss = _c(report, "aot_autograd", "autograd_cache_hit"), _c(report, "aot_autograd", "autograd_cache_miss")
+    return {"fx_graph": (fx_hit, fx_hit + fx_miss), "aot_autograd": (aot_hit, aot_hit + aot_miss)}
+
+
+def report_lines(result: Any, check: bool = False) -> list[str]:
+    r = result.report
+    out: list[str] = []
+    status = r.get("status")
+    head = {"stopped": f"warm done: {r.get('steps_done')} steps", "completed": "warm done: the script ran to its end"}
+    out.append(f"{head.get(status, 'warm failed')} in {result.seconds:.1f}s on a virtual {result.profile.name} ({result.profile.arch}), torch {r.get('torch')}")
+    if r.get("error"):
+        out.append(f"error: {r['error']}")
+    cov = coverage(r)
+    fx_hit, fx_n = cov["fx_graph"]
+    aot_hit, aot_n = cov["aot_autograd"]
+    out.append(f"graphs: {fx_n - fx_hit} compiled, {fx_hit} from cache (FX graph); AOTAutograd {aot_n - aot_hit} compiled, {aot_hit} from cache")
+    w = result.written
+    out.append(f"written: {w.get('fxgraph', 0)} FX graph entries, {w.get('aotautograd', 0)} AOTAutograd entries, {w.get('triton', 0)} Triton cubins")
+    if check:
+        pct = lambda h, n: f"{100.0 * h / n:.0f}%" if n else "n/a"  # noqa: E731
+        out.append(f"coverage before this run: FX graph {fx_hit}/{fx_n} ({pct(fx_hit, fx_n)}), AOTAutograd {aot_hit}/{aot_n} ({pct(aot_hit, aot_n)})"
+                   + ("; the misses were compiled now" if fx_hit < fx_n or aot_hit < aot_n else ""))
+    v = r.get("vdev", {})
+    worker_calls = sum(int(s.get("launch", 0)) for s in result.worker_vdev)
+    out.append(f"virtual device: {v.get('launch', 0) + worker_calls} native launches swallowed, {v.get('cuModuleLoadData', 0)} kernels loaded, "
+               f"{v.get('not_supported', 0)} refused driver calls")
+    out.append(f"pcompile backend: {r.get('pcompile_backend', '?')}")
+    unsel = r.get("autotune_unselected", {})
+    if unsel:
+        out.append(f"not warmed: autotune winners of {len(unsel)} kernels with several configs (all configs compiled; the GPU job benchmarks once, then caches)")
+    if r.get("max_autotune"):
+        out.append("not warmed: max-autotune / coordinate-descent choices need GPU timings; run the GPU job once to fill them")
+    for line in result.version_warnings:
+        out.append(f"warning: {line}")
+    return out

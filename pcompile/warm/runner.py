@@ -1,0 +1,179 @@
+"""`pcompile warm`, parent side: prepare the virtual device and caches, run the child, report.
+
+This process never loads the virtual device: it builds the library, writes the profile where
+the library reads it, and starts `python -m pcompile.warm.child` with LD_PRELOAD set for that
+child only. Inductor's caches are pointed at <pcompile cache dir>/inductor so the GPU job, run
+with the same pcompile settings, looks its graphs and kernels up exactly there.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pcompile.config import Settings
+from pcompile.errors import PcompileError
+from pcompile.vdev import build, preload
+from pcompile.vdev.profile import DeviceProfile, resolve
+
+LAYERS = ("fxgraph", "aotautograd", "triton")
+
+
+@dataclass
+class WarmOptions:
+    script: str
+    script_args: list[str] = field(default_factory=list)
+    target: str | None = None
+    steps: int = 2
+    world_size: int = 0
+    strict: bool = False
+    check: bool = False
+    cache_dir: str | None = None
+    shared_dir: str | None = None
+    timeout: float | None = None
+    keep_workdir: bool = False
+
+
+@dataclass
+class WarmResult:
+    exit_code: int
+    report: dict[str, Any]
+    written: dict[str, int]
+    seconds: float
+    profile: DeviceProfile
+    version_warnings: list[str]
+    worker_vdev: list[dict[str, Any]]
+
+
+def inductor_dirs(settings: Settings) -> tuple[Path, Path]:
+    """Where the warm child (and the GPU job, through pcompile) keep Inductor's and Triton's caches."""
+    inductor = settings.cache_dir / "inductor"
+    return inductor, inductor / "triton"
+
+
+def cache_env(settings: Settings) -> dict[str, str]:
+    inductor, triton = inductor_dirs(settings)
+    env = settings.export_env()
+    env.update({
+        "TORCHINDUCTOR_CACHE_DIR": str(inductor),
+        "TRITON_CACHE_DIR": str(triton),
+        "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
+        "TORCHINDUCTOR_AUTOGRAD_CACHE": "1",
+    })
+    return env
+
+
+def snapshot(root: Path) -> dict[str, set[str]]:
+    """Entries per cache layer: FX graph and AOTAutograd entry files, Triton cubins."""
+    out: dict[str, set[str]] = {k: set() for k in LAYERS}
+    for layer in ("fxgraph", "aotautograd"):
+        base = root / layer
+        if base.exists():
+            out[layer] = {str(p.relative_to(base)) for p in base.rglob("*") if p.is_file() and not p.name.endswith(".lock")}
+    tri = root / "triton"
+    if tri.exists():
+        out["triton"] = {str(p.relative_to(tri)) for p in tri.rglob("*.cubin")}
+    return out
+
+
+def version_warnings(profile: DeviceProfile) -> list[str]:
+    """Software the profile was captured with that differs here: the GPU job's keys would differ."""
+    import torch
+
+    sw = profile.software
+    local = {"torch": torch.__version__}
+    try:
+        import triton
+
+        local["triton"] = triton.__version__
+    except ImportError:
+        local["triton"] = None
+    local["cudnn"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    out = []
+    for key, here in local.items():
+        there = sw.get(key)
+        if there is not None and here is not None and str(there) != str(here):
+            out.append(f"{key} here is {here} but the {profile.board or profile.name} profile was captured with {there}; "
+                       f"install the GPU host's {key} here or the GPU job will miss")
+    return out
+
+
+def _wait(proc: subprocess.Popen, progress_file: Path, steps: int, timeout: float | None) -> int:
+    from pcompile.progress import progress
+
+    start = time.monotonic()
+    seen = 0
+    with progress(total=steps, desc="warming") as bar:
+        while True:
+            try:
+                rc = proc.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                rc = None
+            if progress_file.exists():
+                n = len(progress_file.read_text().splitlines())
+                if n > seen:
+                    bar.advance(n - seen)
+                    seen = n
+            if rc is not None:
+                return rc
+            if timeout and time.monotonic() - start > timeout:
+                proc.kill()
+                proc.wait()
+                raise PcompileError(f"warm did not finish within {timeout:.0f}s; raise --timeout or lower --steps")
+
+
+def run_warm(opts: WarmOptions) -> WarmResult:
+    script = Path(opts.script)
+    if not script.is_file():
+        raise PcompileError(f"script {opts.script} not found; pass the training script as `pcompile warm SCRIPT`")
+    if opts.steps < 1:
+        raise PcompileError("--steps must be at least 1")
+    settings = Settings.from_env(cache_dir=opts.cache_dir, shared_dir=opts.shared_dir)
+    profile = resolve(opts.target)
+    warnings = version_warnings(profile)
+    lib = build.library()
+    inductor, _ = inductor_dirs(settings)
+    inductor.mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="pcompile-warm-"))
+    try:
+        env = preload.child_env(lib, profile, workdir, opts.strict)
+        env.update(cache_env(settings))
+        env["PCOMPILE_WARMING"] = "1"
+        env["PCOMPILE_WARM_PROGRESS"] = str(workdir / "progress")
+        if opts.world_size:
+            from pcompile.warm.fakepg import env_for
+
+            env.update(env_for(opts.world_size))
+        spec = {"script": str(script.resolve()), "args": opts.script_args, "steps": opts.steps,
+                "world_size": opts.world_size, "strict": opts.strict, "report": str(workdir / "report.json")}
+        (workdir / "spec.json").write_text(json.dumps(spec))
+        before = snapshot(inductor)
+        t0 = time.monotonic()
+        proc = subprocess.Popen([sys.executable, "-m", "pcompile.warm.child", str(workdir / "spec.json")], env=env)
+        rc = _wait(proc, workdir / "progress", opts.steps, opts.timeout)
+        seconds = time.monotonic() - t0
+        after = snapshot(inductor)
+        report_path = workdir / "report.json"
+        if not report_path.exists():
+            raise PcompileError(f"the warm process died (exit {rc}) before reporting; run again with PCOMPILE_VDEV_TRACE=1 to see native calls")
+        report = json.loads(report_path.read_text())
+        written = {layer: len(after[layer] - before[layer]) for layer in LAYERS}
+        workers = [s for s in preload.read_stats_file(workdir / "vdev-stats.jsonl") if s.get("pid") != report.get("vdev", {}).get("pid")]
+        return WarmResult(rc, report, written, seconds, profile, warnings, workers)
+    finally:
+        if not opts.keep_workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def lines(result: WarmResult, check: bool = False) -> list[str]:
+    """The end-of-warm report, as plain lines."""
+    from pcompile.warm.report import report_lines
+
+    return report_lines(result, check)
