@@ -38,6 +38,12 @@ def normalize(gm: Any) -> None:
                        "keys may differ between the warm host and this job")
 
 
+def _graph_name(gm: Any) -> str:
+    """A readable label for the timeline (Dynamo names its graphs after the frame)."""
+    meta = getattr(gm, "meta", None) or {}
+    return str(meta.get("dynamo_compile_id") or getattr(gm, "_get_name", lambda: type(gm).__name__)())
+
+
 @contextlib.contextmanager
 def compile_scope(gm: Any) -> Iterator[None]:
     """Everything pcompile wraps around one backend call (hooks assumed on)."""
@@ -47,8 +53,9 @@ def compile_scope(gm: Any) -> Iterator[None]:
         from pcompile.inductor.compat import lazy_backward
 
         eager = lazy_backward.eager_backward()
-    with flight.scope(), eager, span("pcompile.backend", graph=type(gm).__name__):
+    with span("graph_compile", key=_graph_name(gm), backend="pcompile") as ev, flight.scope() as sc, eager:
         yield
+        ev.outcome = sc.outcome
 
 
 def _stock(gm: Any, example_inputs: Any, mode: str | None, options: dict[str, Any] | None,

@@ -45,6 +45,20 @@ def _materialise(target: str, data: bytes | None) -> bool:
         return False
 
 
+def _backfill(ikey: str, target: str) -> None:
+    """Publish a library only Inductor's local cache holds, so other nodes can get it too."""
+    if flight.present("cpp", ikey):
+        return
+    try:
+        with open(target, "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return
+    if data:
+        flight.publish("cpp", ikey, {BLOB: data}, meta={"source": "inductor.cpp", "file": os.path.basename(target), "backfill": True},
+                       compile_seconds=0.0, compiled=False)
+
+
 def make_wrapper(original: Callable[[str, Sequence[Any]], None]) -> Callable[[str, Sequence[Any]], None]:
     def _worker_compile_cpp(lock_path: str, cpp_builders: Sequence[Any]) -> None:
         if not cpp_builders or os.environ.get(_DISABLE_ENV) == "1":
@@ -53,9 +67,11 @@ def make_wrapper(original: Callable[[str, Sequence[Any]], None]) -> Callable[[st
             target = compat.target_path(cpp_builders[-1])
         except Exception:
             return original(lock_path, cpp_builders)
-        if os.path.exists(target):
-            return original(lock_path, cpp_builders)  # Inductor's local cache has it
         ikey = _inductor_key(target)
+        if os.path.exists(target):  # Inductor's local cache has it (made before pcompile, or by it)
+            result = original(lock_path, cpp_builders)  # under Inductor's lock: waits out a build in progress
+            _backfill(ikey, target)
+            return result
         entry = flight.lookup("cpp", ikey, single_flight=True)
         if entry is not None and _materialise(target, entry.blobs.get(BLOB)):
             return None

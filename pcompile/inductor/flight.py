@@ -17,6 +17,7 @@ Nothing here raises into torch: a broken store is a warning and a miss.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import logging
 import os
@@ -24,11 +25,9 @@ import threading
 import time
 from typing import Any, Iterator
 
-import contextlib
-
 from pcompile.inductor.gate import warn_once
 from pcompile.inductor.layer_keys import store_key
-from pcompile.inductor.timing import span
+from pcompile.inductor.timing import emit, now, span
 from pcompile.keys import Key
 from pcompile.store.entry import Entry
 from pcompile.store.lease import Lease
@@ -60,24 +59,46 @@ def store() -> Any | None:
         return None
 
 
-def _scopes() -> list[set[str]]:
+@dataclasses.dataclass
+class Scope:
+    """One compile (a backend call): the leases it took and what its lookups found."""
+
+    taken: set[str] = dataclasses.field(default_factory=set)
+    hits: int = 0
+    misses: int = 0
+    published: int = 0
+
+    @property
+    def outcome(self) -> str | None:
+        """compiled if anything was compiled here, hit if everything came from the store."""
+        if self.misses or self.published:
+            return "compiled"
+        return "hit" if self.hits else None
+
+
+def _scopes() -> list[Scope]:
     stack = getattr(_tls, "scopes", None)
     if stack is None:
         stack = _tls.scopes = []
     return stack
 
 
+def _note(field: str) -> None:
+    for sc in _scopes():
+        setattr(sc, field, getattr(sc, field) + 1)
+
+
 @contextlib.contextmanager
-def scope() -> Iterator[None]:
+def scope() -> Iterator[Scope]:
     """Leases taken by this thread inside the block are released when it ends."""
-    taken: set[str] = set()
+    current = Scope()
     stack = _scopes()
-    stack.append(taken)
+    stack.append(current)
     try:
-        yield
+        yield current
     finally:
         stack.pop()
-        for name in taken:
+        for name in current.taken:
             release(name)
 
 
@@ -88,8 +109,8 @@ def _hold(key: Key, lease: Lease, kind: str) -> None:
         _held[name] = _Held(lease, kind, threading.get_ident(), time.monotonic())
     if previous is not None and previous.lease is not lease:
         previous.lease.release()
-    for taken in _scopes():
-        taken.add(name)
+    for sc in _scopes():
+        sc.taken.add(name)
 
 
 def release(name: str | Key, only: Lease | None = None) -> float | None:
@@ -144,32 +165,55 @@ def lookup(kind: str, inductor_key: str, *, single_flight: bool = True) -> Entry
         warn_once(f"key:{kind}", f"pcompile: cannot compute {kind} keys ({exc}); that layer runs uncached")
         return None
     _release_stale(kind)
+    fields = {"layer": key.layer, "tier": "store", "key": str(key), "artifact": kind}
     try:
-        with span("pcompile.lookup", layer=key.layer, kind=kind, key=str(key)):
+        with span("cache_lookup", **fields) as ev:
+            t0 = now()
             entry = st.get(key, record=False)
+            ev.latency = now() - t0
+            if entry is None and single_flight:
+                w0 = now()
+                got = st.acquire_or_wait(key)
+                if isinstance(got, Entry):
+                    emit("lease_wait", w0, now() - w0, **fields)
+                    log.info("pcompile: %s was compiled by another process; using its result", key)
+                    entry = got
+                elif isinstance(got, Lease):
+                    _hold(key, got, kind)
             if entry is not None:
                 _record_hit(st, entry)
+                ev.outcome = "hit"
+                ev.saved_s = entry.compile_seconds
+                _note("hits")
                 return entry
-            if not single_flight:
-                st.stats.layer(key.layer, hit=False)
-                return None
-            got = st.acquire_or_wait(key)
-            if isinstance(got, Entry):
-                log.info("pcompile: %s was compiled by another process; using its result", key)
-                _record_hit(st, got)
-                return got
             st.stats.layer(key.layer, hit=False)
-            if isinstance(got, Lease):
-                _hold(key, got, kind)
+            ev.outcome = "miss"
+            _note("misses")
             return None
     except Exception as exc:
         warn_once(f"lookup:{kind}", f"pcompile: cache lookup failed ({type(exc).__name__}: {exc}); compiling without it")
         return None
 
 
+def present(kind: str, inductor_key: str) -> bool:
+    """Whether this node's store already has the entry (a manifest read; no stats, no lease)."""
+    st = store()
+    if st is None:
+        return True  # nothing to do without a store
+    try:
+        key, _inputs = store_key(kind, inductor_key)
+        return st.local.read_manifest(key) is not None
+    except Exception:
+        return True
+
+
 def publish(kind: str, inductor_key: str, blobs: dict[str, bytes], meta: dict[str, Any] | None = None,
-            compile_seconds: float | None = None) -> bool:
-    """Store a freshly compiled artifact under Inductor's key and release its lease. Never raises."""
+            compile_seconds: float | None = None, compiled: bool = True) -> bool:
+    """Store an artifact under Inductor's key and release its lease. Never raises.
+
+    `compiled=False` for artifacts this process did not build (a backfill from Inductor's local
+    cache), so `pcompile stats` counts compiles honestly.
+    """
     st = store()
     try:
         key, inputs = store_key(kind, inductor_key)
@@ -185,9 +229,13 @@ def publish(kind: str, inductor_key: str, blobs: dict[str, bytes], meta: dict[st
     try:
         if st is None:
             return False
-        with span("pcompile.publish", layer=key.layer, kind=kind, key=name):
-            entry = Entry(key=key, blobs=blobs, inputs=inputs, meta=dict(meta or {}), compile_seconds=max(0.0, float(seconds)))
-            return bool(st.put(entry))
+        entry = Entry(key=key, blobs=blobs, inputs=inputs, meta=dict(meta or {}), compile_seconds=max(0.0, float(seconds)))
+        ok = bool(st.put(entry, compiled=compiled))
+        _note("published")
+        if compiled and kind in ("cpp", "triton") and entry.compile_seconds:
+            emit("kernel_compile", now() - entry.compile_seconds, entry.compile_seconds, key=name, artifact=kind,
+                 outcome="compiled", name=str((meta or {}).get("file") or (meta or {}).get("group") or ""))
+        return ok
     except Exception as exc:
         warn_once(f"publish:{kind}", f"pcompile: could not publish to the cache ({type(exc).__name__}: {exc}); the job goes on")
         return False

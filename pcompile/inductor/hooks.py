@@ -22,6 +22,9 @@ from pcompile.inductor import compat
 log = logging.getLogger("pcompile.inductor")
 
 ENV_DISABLE = "PCOMPILE_DISABLE"
+#: Keep Inductor's own local FX graph / AOTAutograd caches in front of the store (off by default:
+#: the store's node-local tier replaces them, see compat/remote_cache.py).
+ENV_KEEP_LOCAL = "PCOMPILE_INDUCTOR_LOCAL_CACHES"
 
 
 @dataclasses.dataclass
@@ -81,7 +84,8 @@ def _install_remote(layers: list[str], stock: dict[str, str]) -> None:
     from pcompile.inductor.compat import remote_cache
 
     remote_backend.install()
-    state.flags = remote_cache.enable_flags()
+    keep_local = os.environ.get(ENV_KEEP_LOCAL, "").strip().lower() in {"1", "true", "yes", "on"}
+    state.flags = remote_cache.enable_flags(replace_local=not keep_local)
     layers.extend(["graph", "autograd", "autotune"])
 
 
@@ -121,7 +125,7 @@ def _install_pool() -> None:
     try:
         import pcompile.inductor.pool_install as pool_install
 
-        install = getattr(pool_install, "install", None)
+        install = getattr(pool_install, "install_pool", None) or getattr(pool_install, "install", None)
         if callable(install):
             install()
     except Exception as exc:

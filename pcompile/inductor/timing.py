@@ -1,36 +1,71 @@
-"""Timing spans for the compile timeline, if the events package is installed in this tree.
+"""Timing events for `pcompile report`, if the events package is present (guarded import).
 
-`pcompile.events.span` is built separately; until it exists (or if it ever raises) spans are
-no-ops, so timing can never fail or slow a compile.
+Kinds used here (pcompile.events vocabulary): graph_compile (one backend call), cache_lookup
+(layer, tier="store", outcome hit|miss, saved_s on hits), lease_wait (time spent waiting for
+another process's compile), kernel_compile (a C++ or Triton build pcompile saw run). If the
+events package is missing or misbehaves, everything here is a no-op: timing never fails a compile.
 """
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Callable, ContextManager
+import time
+from typing import Any, Callable
 
-_span: Callable[..., ContextManager[Any]] | None = None
+_span: Callable[..., Any] | None = None
+_emit: Callable[..., None] | None = None
 _resolved = False
 
 
-def _resolve() -> Callable[..., ContextManager[Any]] | None:
-    global _span, _resolved
-    if not _resolved:
-        _resolved = True
-        try:
-            from pcompile.events import span as found  # type: ignore[attr-defined]
+class _Null:
+    """Accepts what a real span accepts (`with`, attribute sets) and records nothing."""
 
-            _span = found
-        except Exception:
-            _span = None
-    return _span
+    def __enter__(self) -> "_Null":
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        return False
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        pass
 
 
-def span(name: str, **fields: Any) -> ContextManager[Any]:
-    """`with span("pcompile.graph.get", key=...):` records a timed event when events exist."""
-    fn = _resolve()
-    if fn is None:
-        return contextlib.nullcontext()
+_NULL = _Null()
+
+
+def _resolve() -> None:
+    global _span, _emit, _resolved
+    if _resolved:
+        return
+    _resolved = True
     try:
-        return fn(name, **fields)
+        from pcompile import events
+
+        _span = getattr(events, "span", None)
+        _emit = getattr(events, "emit", None)
     except Exception:
-        return contextlib.nullcontext()
+        _span = _emit = None
+
+
+def span(kind: str, **fields: Any) -> Any:
+    """`with span("cache_lookup", layer=...) as ev: ...; ev.outcome = "hit"`."""
+    _resolve()
+    if _span is None:
+        return _NULL
+    try:
+        return _span(kind, **fields)
+    except Exception:
+        return _NULL
+
+
+def emit(kind: str, start: float, dur: float, **fields: Any) -> None:
+    """An event timed elsewhere; `start` is a time.perf_counter() or time.time() reading."""
+    _resolve()
+    if _emit is None:
+        return
+    try:
+        _emit(kind, start, dur, **fields)
+    except Exception:
+        pass
+
+
+def now() -> float:
+    return time.perf_counter()

@@ -16,6 +16,13 @@ Touched (torch 2.14.1, checked identical in 2.11.0: `torch/_inductor/remote_cach
       functools.cache in 2.11 and 2.14: cleared so an earlier None does not stick)
 In both versions `fx_graph_remote_cache` and `autotune_remote_cache` are listed in
 `_cache_config_ignore_prefix`, so turning them on does not change FX graph keys.
+
+The store's node-local tier replaces Inductor's own local FX graph and AOTAutograd caches
+(`fx_graph_cache`, `enable_autograd_cache` turned off, both 2.11 and 2.14: a lookup then goes
+local=False, remote=True; AOTAutograd's cacheability check accepts "fx_graph_cache or remote").
+Otherwise a local hit would never reach the store: entries made before pcompile, or evicted by
+its GC, would be served on this node but never published, and other nodes would get AOTAutograd
+entries whose graphs are missing. `fx_graph_cache` is in `_cache_config_ignore_prefix` too.
 """
 from __future__ import annotations
 
@@ -57,9 +64,9 @@ def check() -> None:
     import torch._functorch.config as fconfig
     import torch._inductor.config as iconfig
 
-    for flag in _INDUCTOR_FLAGS + ("bundled_autotune_remote_cache",):
+    for flag in _INDUCTOR_FLAGS + ("bundled_autotune_remote_cache", "fx_graph_cache"):
         require_attr(iconfig, flag, "torch._inductor.config")
-    for flag in _FUNCTORCH_FLAGS:
+    for flag in _FUNCTORCH_FLAGS + ("enable_autograd_cache",):
         require_attr(fconfig, flag, "torch._functorch.config")
 
 
@@ -78,20 +85,43 @@ def current_backend(layer: str) -> Callable[[], Any] | None:
     return getattr(_module(), CLASS_FOR_LAYER[layer]).backend_override_cls
 
 
-def enable_flags() -> dict[str, bool]:
+#: remote flag -> (config module, local flag it replaces, env var a user disables the layer with)
+_LOCAL_TWIN = {
+    "fx_graph_remote_cache": ("inductor", "fx_graph_cache", "TORCHINDUCTOR_FX_GRAPH_CACHE"),
+    "enable_remote_autograd_cache": ("functorch", "enable_autograd_cache", "TORCHINDUCTOR_AUTOGRAD_CACHE"),
+}
+
+
+def enable_flags(replace_local: bool = True) -> dict[str, bool]:
     """Turn the remote caches on where the user left them unset (None); returns what changed.
 
-    An explicit user choice (TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE=0, a config patch) wins.
+    An explicit user choice wins: a remote flag already True/False, or the layer switched off
+    by its environment variable (TORCHINDUCTOR_FX_GRAPH_CACHE=0), is left alone. With
+    `replace_local`, Inductor's local FX graph / AOTAutograd caches are turned off where the
+    store took over, so every lookup and every publish goes through the store.
     """
+    import os
+
     import torch._functorch.config as fconfig
     import torch._inductor.config as iconfig
 
+    modules = {"inductor": iconfig, "functorch": fconfig}
     changed: dict[str, bool] = {}
-    for mod, flags, prefix in ((iconfig, _INDUCTOR_FLAGS, "inductor"), (fconfig, _FUNCTORCH_FLAGS, "functorch")):
+    for prefix, flags in (("inductor", _INDUCTOR_FLAGS), ("functorch", _FUNCTORCH_FLAGS)):
+        mod = modules[prefix]
         for flag in flags:
-            if getattr(mod, flag) is None:
-                setattr(mod, flag, True)
-                changed[f"{prefix}.{flag}"] = True
+            if getattr(mod, flag) is not None:
+                continue
+            twin = _LOCAL_TWIN.get(flag)
+            if twin is not None and os.environ.get(twin[2], "").strip() == "0":
+                continue
+            setattr(mod, flag, True)
+            changed[f"{prefix}.{flag}"] = True
+            if twin is not None and replace_local:
+                twin_mod = modules[twin[0]]
+                if getattr(twin_mod, twin[1]):
+                    setattr(twin_mod, twin[1], False)
+                    changed[f"{twin[0]}.{twin[1]}"] = False
     _forget_cached_remote_caches()
     return changed
 
@@ -113,6 +143,6 @@ def flags_state() -> dict[str, Any]:
     import torch._functorch.config as fconfig
     import torch._inductor.config as iconfig
 
-    state = {f"inductor.{f}": getattr(iconfig, f) for f in _INDUCTOR_FLAGS + ("bundled_autotune_remote_cache",)}
-    state.update({f"functorch.{f}": getattr(fconfig, f) for f in _FUNCTORCH_FLAGS})
+    state = {f"inductor.{f}": getattr(iconfig, f) for f in _INDUCTOR_FLAGS + ("bundled_autotune_remote_cache", "fx_graph_cache")}
+    state.update({f"functorch.{f}": getattr(fconfig, f) for f in _FUNCTORCH_FLAGS + ("enable_autograd_cache",)})
     return state
