@@ -1,0 +1,177 @@
+"""One benchmark case in its own process: build a model, compile it, time a few training steps.
+
+Run by the scenario scripts (never imported by them), and also usable under `pcompile warm`,
+which runs it on a virtual CUDA device: then no timing or `.item()` is done (the values are fake).
+
+    python benchmarks/_case.py --model gpt2 --backend stock --steps 20 --result out.json
+"""
+from __future__ import annotations
+
+import time
+
+T_START = time.time()
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import traceback  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
+
+
+def _warming() -> bool:
+    try:
+        import pcompile
+
+        return pcompile.warming()
+    except ImportError:
+        return os.environ.get("PCOMPILE_WARMING") == "1"
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and all its descendants so far (compile workers included)."""
+    try:
+        import psutil
+
+        me = psutil.Process()
+        t = me.cpu_times()
+        total = t.user + t.system + t.children_user + t.children_system
+        for child in me.children(recursive=True):
+            try:
+                c = child.cpu_times()
+                total += c.user + c.system
+            except psutil.Error:
+                pass
+        return total
+    except ImportError:
+        import resource
+
+        s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+
+def _counters() -> dict:
+    from torch._dynamo.utils import counters
+
+    out = {}
+    for section in ("inductor", "aot_autograd", "stats"):
+        out[section] = {k: v for k, v in counters[section].items() if isinstance(v, int)}
+    return out
+
+
+def _events_summary() -> dict | None:
+    """pcompile's own view of this process's job: lookups per layer/tier and outcomes."""
+    try:
+        from pcompile.events import analysis, job_id, log_path, reader
+
+        path = log_path()
+        if not path.exists():
+            return None
+        evs, bad = reader.load(path)
+        s = analysis.analyze([e for e in evs if e.get("pid") == os.getpid()], job=job_id()).summary()
+        a = analysis.analyze(evs, job=job_id())
+        return {"job": job_id(), "log": str(path), "lookups": a.lookups, "graph_outcomes": s["graph_outcomes"],
+                "kernel_outcomes": s["kernel_outcomes"], "saved": s["saved"], "critical_by_kind": s["critical_by_kind"]}
+    except Exception as exc:  # the summary is extra information, never a reason to fail a case
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def run(args: argparse.Namespace) -> dict:
+    import torch
+
+    import _models
+
+    warming = _warming()
+    device = args.device or ("cuda" if (torch.cuda.is_available() or warming) else "cpu")
+    res: dict = {"model": args.model, "backend": args.backend, "device": device, "pid": os.getpid(),
+                 "rank": os.environ.get("RANK"), "warming": warming, "torch": torch.__version__}
+    try:
+        import triton
+
+        res["triton"] = triton.__version__
+    except ImportError:
+        res["triton"] = None
+    if device == "cuda" and not warming:
+        res["gpu"] = torch.cuda.get_device_name(0)
+        res["cuda"] = torch.version.cuda
+    w = _models.build(args.model, device)
+    res["description"] = w.description
+    res["params_m"] = round(sum(p.numel() for p in w.model.parameters()) / 1e6, 1)
+    backend = "pcompile" if args.backend == "pcompile" else "inductor"
+    cmodel = torch.compile(w.model, backend=backend)
+    opt = torch.optim.AdamW(w.model.parameters(), lr=1e-4, fused=(device == "cuda") or None)
+    amp = args.amp if args.amp != "auto" else ("bf16" if device == "cuda" else "none")
+    res["amp"] = amp
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=(amp == "bf16")):
+            loss = w.loss(cmodel, w.batch)
+        loss.backward()
+        opt.step()
+        return loss
+
+    def sync() -> None:
+        if device == "cuda" and not warming:
+            torch.cuda.synchronize()
+
+    steps = min(args.steps, 2) if warming else args.steps
+    sync()
+    res["startup_s"] = round(time.time() - T_START, 3)  # imports + model build, before any compile
+    cpu0 = _cpu_seconds()
+    times, losses = [], []
+    for i in range(steps):
+        t0 = time.perf_counter()
+        loss = step()
+        sync()
+        times.append(time.perf_counter() - t0)
+        if not warming:
+            losses.append(float(loss.detach().float().item()))
+        if i == 0:
+            res["compile_cpu_s"] = round(_cpu_seconds() - cpu0, 3)  # first step: compile + one run
+            res["first_step_end_wall"] = time.time()
+    res["first_step_s"] = round(times[0], 4) if times else None
+    tail = times[2:] if len(times) > 3 else times[1:]  # skip step 2 too: it may recompile
+    res["steady_step_s"] = round(statistics.median(tail), 5) if tail else None
+    res["step_times_s"] = [round(t, 5) for t in times]
+    res["losses"] = losses
+    res["counters"] = _counters()
+    if device == "cuda" and not warming:
+        res["peak_mem_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+    if args.backend == "pcompile":
+        res["events"] = _events_summary()
+    return res
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--backend", choices=("stock", "pcompile"), required=True)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--device", default=None, help="cuda (default when available) or cpu")
+    ap.add_argument("--amp", choices=("auto", "bf16", "none"), default="auto", help="auto: bf16 autocast on cuda only")
+    ap.add_argument("--result", type=Path, default=None, help="write the result JSON here")
+    args = ap.parse_args()
+    try:
+        res = run(args)
+        rc = 0
+    except BaseException as exc:  # record why, so a failed case is a row, not a hole
+        res = {"model": args.model, "backend": args.backend, "error": f"{type(exc).__name__}: {exc}",
+               "traceback": traceback.format_exc()[-4000:]}
+        rc = 1
+    res["process_wall_s"] = round(time.time() - T_START, 3)
+    text = json.dumps(res, indent=1, default=str)
+    if args.result and not res.get("warming"):
+        args.result.parent.mkdir(parents=True, exist_ok=True)
+        args.result.write_text(text)
+    print(f"CASE {args.backend} {args.model}: first step {res.get('first_step_s')} s, "
+          f"steady {res.get('steady_step_s')} s{' ERROR ' + res['error'] if 'error' in res else ''}", flush=True)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

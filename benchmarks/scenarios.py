@@ -1,0 +1,456 @@
+"""The benchmark scenarios, each stock torch.compile vs pcompile side by side, as ratios.
+
+Cases are memoized per model (a `Plan`), so a run of several scenarios shares work: the hot
+case reuses the cold case's cache dirs, and `run_all.py` never compiles the same cold case twice.
+Every case is a fresh process; a case that must start cold gets fresh cache directories.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import _harness as H
+from _harness import Dirs, Launch, Options
+
+SCENARIOS = ("cold", "hot", "warm", "shared", "ranks", "remote")
+
+
+class Services:
+    """Shared by all plans of a run: the throwaway Redis, started on first use."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self._redis: H.Redis | None = None
+
+    def redis(self) -> H.Redis:
+        if self._redis is None:
+            self._redis = H.Redis(self.work / "redis")
+        return self._redis
+
+    def close(self) -> None:
+        if self._redis is not None:
+            self._redis.stop()
+
+
+class Plan:
+    """The cases of one model, each run at most once, with the directories they share."""
+
+    def __init__(self, model: str, opts: Options, services: Services) -> None:
+        self.model, self.opts, self.services = model, opts, services
+        self.root = opts.work_dir / model
+        self.memo: dict[str, Any] = {}
+        self._dirs: dict[str, Dirs] = {}
+        self.stamp = time.strftime("%Y%m%d-%H%M%S")
+
+    def dirs(self, name: str) -> Dirs:
+        if name not in self._dirs:
+            d = Dirs(self.root / name)
+            shutil.rmtree(d.root, ignore_errors=True)
+            d.root.mkdir(parents=True)
+            self._dirs[name] = d
+        return self._dirs[name]
+
+    def case(self, name: str) -> Any:
+        if name not in self.memo:
+            self.memo[name] = _BUILDERS[name](self)
+        return self.memo[name]
+
+    # -- helpers
+    def launch(self, label: str, backend: str, env: dict[str, str], rank: int | None = None) -> Launch:
+        tag = f"{self.model}-{label}" + (f"-r{rank}" if rank is not None else "")
+        result = self.root / "results" / f"{tag}.json"
+        result.unlink(missing_ok=True)
+        extra = dict(env, PCOMPILE_JOB_ID=f"bench-{self.stamp}-{tag}")
+        if rank is not None:
+            extra.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(self.opts.ranks))
+            extra["PCOMPILE_JOB_ID"] = f"bench-{self.stamp}-{self.model}-{label}"  # one job: all ranks in one log
+        return Launch(tag, [H.python(), *H.case_cmd(self.model, backend, self.opts, result)], H.base_env(extra), result)
+
+    def one(self, label: str, backend: str, env: dict[str, str]) -> dict:
+        return H.run_one(self.launch(label, backend, env), self.opts)
+
+    def needs(self, name: str) -> dict | None:
+        """A prerequisite case, or None when it failed (the dependent case then reports why)."""
+        dep = self.case(name)
+        first = dep[0] if isinstance(dep, list) else dep
+        return None if first.get("error") else dep
+
+
+def _failed(dep: str) -> dict:
+    return {"error": f"skipped: needs case {dep}, which failed"}
+
+
+def _stock_cold(p: Plan) -> dict:
+    return p.one("stock-cold", "stock", p.dirs("stock").env())
+
+
+def _stock_hot(p: Plan) -> dict:
+    if p.needs("stock-cold") is None:
+        return _failed("stock-cold")
+    return p.one("stock-hot", "stock", p.dirs("stock").env())
+
+
+def _pc_cold(p: Plan) -> dict:
+    return p.one("pcompile-cold", "pcompile", p.dirs("pc").env())
+
+
+def _pc_hot(p: Plan) -> dict:
+    if p.needs("pcompile-cold") is None:
+        return _failed("pcompile-cold")
+    return p.one("pcompile-hot", "pcompile", p.dirs("pc").env())
+
+
+def _tiers(p: Plan) -> dict[str, str]:
+    env = {"PCOMPILE_SHARED_DIR": str(p.dirs("tiers").root / "shared")}
+    url = p.services.redis().url
+    if url:
+        env["PCOMPILE_REMOTE"] = url.rsplit("/", 1)[0] + f"/{_db(p.model)}"
+    return env
+
+
+def _db(model: str) -> int:
+    return 1 + sum(map(ord, model)) % 14  # one Redis db per model keeps models apart
+
+
+def _pc_populate(p: Plan) -> dict:
+    return p.one("pcompile-populate-tiers", "pcompile", dict(p.dirs("populate").env(), **_tiers(p)))
+
+
+def _pc_shared(p: Plan) -> dict:
+    if p.needs("pcompile-populate-tiers") is None:
+        return _failed("pcompile-populate-tiers")
+    env = dict(p.dirs("shared-reader").env(), PCOMPILE_SHARED_DIR=_tiers(p)["PCOMPILE_SHARED_DIR"])
+    return p.one("pcompile-shared", "pcompile", env)
+
+
+def _pc_remote(p: Plan) -> dict:
+    tiers = _tiers(p)
+    if "PCOMPILE_REMOTE" not in tiers:
+        return {"error": f"skipped: {p.services.redis().reason}"}
+    if p.needs("pcompile-populate-tiers") is None:
+        return _failed("pcompile-populate-tiers")
+    return p.one("pcompile-remote", "pcompile", dict(p.dirs("remote-reader").env(), PCOMPILE_REMOTE=tiers["PCOMPILE_REMOTE"]))
+
+
+def _stock_remote_env(p: Plan, fresh: str) -> dict[str, str] | None:
+    r = p.services.redis()
+    if not r.url:
+        return None
+    return dict(p.dirs(fresh).env(), TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE="1", TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE="1",
+                TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE="1", TORCHINDUCTOR_REDIS_HOST="127.0.0.1",
+                TORCHINDUCTOR_REDIS_PORT=str(r.port))
+
+
+def _stock_remote_populate(p: Plan) -> dict:
+    env = _stock_remote_env(p, "stock-remote-writer")
+    if env is None:
+        return {"error": f"skipped: {p.services.redis().reason}"}
+    return p.one("stock-remote-populate", "stock", env)
+
+
+def _stock_remote(p: Plan) -> dict:
+    if p.needs("stock-remote-populate") is None:
+        return _failed("stock-remote-populate")
+    return p.one("stock-remote", "stock", _stock_remote_env(p, "stock-remote-reader"))
+
+
+def _pc_warm(p: Plan) -> dict:
+    d = p.dirs("warm")
+    case_args = H.case_cmd(p.model, "pcompile", p.opts, None)[1:]
+    argv = [H.python(), "-m", "pcompile.cli.main", "warm", "--steps", "2", *p.opts.warm_args, str(H.CASE), "--", *case_args]
+    env = H.base_env(dict(d.env(), PCOMPILE_JOB_ID=f"bench-{p.stamp}-{p.model}-warm"))
+    return H.run_warm(f"{p.model}-pcompile-warm", argv, env, p.opts)
+
+
+def _pc_after_warm(p: Plan) -> dict:
+    if p.needs("pcompile-warm") is None:
+        return _failed("pcompile-warm")
+    # Only pcompile's store carries over from the warm; Inductor's and Triton's own dirs start empty,
+    # as on a GPU node that never ran this model.
+    env = p.dirs("after-warm").env(pcompile_dir=p.dirs("warm").pcompile)
+    return p.one("pcompile-after-warm", "pcompile", env)
+
+
+def _ranks(p: Plan, backend: str, label: str) -> list[dict]:
+    d = p.dirs(label)
+    launches = [p.launch(label, backend, d.env(), rank=r) for r in range(p.opts.ranks)]
+    res = H.run_together(launches, p.opts)
+    for r in res:
+        if p.opts.verbose:
+            H._say(f"  {r['label']}: " + (f"ERROR {r['error'][:200]}" if r.get("error") else
+                                          f"first step {r.get('first_step_s')} s, compile CPU {r.get('compile_cpu_s')} s"))
+    return res
+
+
+_BUILDERS: dict[str, Callable[[Plan], Any]] = {
+    "stock-cold": _stock_cold, "stock-hot": _stock_hot, "pcompile-cold": _pc_cold, "pcompile-hot": _pc_hot,
+    "pcompile-populate-tiers": _pc_populate, "pcompile-shared": _pc_shared, "pcompile-remote": _pc_remote,
+    "stock-remote-populate": _stock_remote_populate, "stock-remote": _stock_remote,
+    "pcompile-warm": _pc_warm, "pcompile-after-warm": _pc_after_warm,
+    "stock-ranks": lambda p: _ranks(p, "stock", "stock-ranks"),
+    "pcompile-ranks": lambda p: _ranks(p, "pcompile", "pcompile-ranks"),
+}
+
+
+# ---------------------------------------------------------------- summaries and ratios
+
+def _hits(r: dict, section: str, name: str) -> int | None:
+    c = r.get("counters") or {}
+    return (c.get(section) or {}).get(name) if c else None
+
+
+def summarize(r: dict) -> dict:
+    """The columns of one case."""
+    if isinstance(r, list):
+        return {"ranks": [summarize(x) for x in r]}
+    keys = ("first_step_s", "steady_step_s", "startup_s", "process_wall_s", "wall_s", "compile_cpu_s", "rusage_cpu_s",
+            "machine_cpu_s_all", "peak_mem_gib", "gpu", "torch", "triton", "cuda", "device", "amp", "description",
+            "params_m", "gpu_used_by_warm", "error", "log")
+    out = {k: r[k] for k in keys if r.get(k) is not None}
+    out["fxgraph_hit"] = _hits(r, "inductor", "fxgraph_cache_hit") or 0
+    out["fxgraph_miss"] = _hits(r, "inductor", "fxgraph_cache_miss") or 0
+    out["aot_hit"] = _hits(r, "aot_autograd", "autograd_cache_hit") or 0
+    out["aot_miss"] = _hits(r, "aot_autograd", "autograd_cache_miss") or 0
+    out["graphs"] = _hits(r, "stats", "unique_graphs")
+    if r.get("losses"):
+        out["losses"] = r["losses"][:20]
+    if isinstance(r.get("events"), dict):
+        out["pcompile_events"] = {k: r["events"].get(k) for k in ("job", "log", "graph_outcomes", "kernel_outcomes", "saved", "error")}
+    return out
+
+
+def _ratio(name: str, num: float | None, den: float | None, target: float | None, note: str = "") -> dict:
+    if num is None or den in (None, 0):
+        return {"name": name, "value": None, "target": target, "met": None, "note": note or "not measured"}
+    v = num / den
+    return {"name": name, "value": round(v, 3), "target": target, "met": (v <= target) if target else None, "note": note}
+
+
+def _loss_delta(a: dict, b: dict) -> float | None:
+    la, lb = a.get("losses") or [], b.get("losses") or []
+    n = min(len(la), len(lb))
+    return round(max(abs(x - y) for x, y in zip(la[:n], lb[:n])), 5) if n else None
+
+
+def _common(stock: dict, pc: dict) -> list[dict]:
+    out = [_ratio("steady-state step, pcompile / stock", pc.get("steady_step_s"), stock.get("steady_step_s"), None,
+                  "should be 1.0 within noise: same kernels")]
+    d = _loss_delta(stock, pc)
+    out.append({"name": "max |loss difference| over the steps", "value": d, "target": None, "met": None,
+                "note": "bf16 noise expected" if d is not None else "not measured"})
+    return out
+
+
+def scenario(name: str, p: Plan) -> dict:
+    """Run one scenario for one model; returns its row (cases, ratios, notes)."""
+    fn = {"cold": _cold, "hot": _hot, "warm": _warm, "shared": _shared, "ranks": _ranks_scn, "remote": _remote}[name]
+    t0 = time.monotonic()
+    cases, ratios, notes = fn(p)
+    return {"scenario": name, "model": p.model, "steps": p.opts.steps, "seconds": round(time.monotonic() - t0, 1),
+            "cases": {k: summarize(v) for k, v in cases.items()}, "ratios": ratios, "notes": notes}
+
+
+def _cold(p: Plan):
+    s, c = p.case("stock-cold"), p.case("pcompile-cold")
+    return ({"stock-cold": s, "pcompile-cold": c},
+            [_ratio("first step, pcompile cold / stock cold", c.get("first_step_s"), s.get("first_step_s"), 0.7)]
+            + _common(s, c), [])
+
+
+def _hot(p: Plan):
+    s, c = p.case("stock-hot"), p.case("pcompile-hot")
+    sc, cc = p.case("stock-cold"), p.case("pcompile-cold")
+    return ({"stock-cold": sc, "stock-hot": s, "pcompile-cold": cc, "pcompile-hot": c},
+            [_ratio("first step, pcompile hot / stock hot", c.get("first_step_s"), s.get("first_step_s"), 1.0),
+             _ratio("first step, pcompile hot / stock cold", c.get("first_step_s"), sc.get("first_step_s"), None)]
+            + _common(s, c), [])
+
+
+def _warm(p: Plan):
+    w = p.case("pcompile-warm")
+    c, s = p.case("pcompile-after-warm"), p.case("stock-hot")
+    sc = p.case("stock-cold")
+    miss = (summarize(c).get("fxgraph_miss"), summarize(c).get("aot_miss"))
+    notes = [f"warm on this host took {w.get('wall_s')} s; GPU used by the warm process: {w.get('gpu_used_by_warm')}",
+             f"GPU job after warm: FX graph misses {miss[0]}, AOTAutograd misses {miss[1]} (target: 0 and 0)"]
+    return ({"pcompile-warm": w, "pcompile-after-warm": c, "stock-cold": sc, "stock-hot": s},
+            [_ratio("first step, after warm / stock hot", c.get("first_step_s"), s.get("first_step_s"), 1.1),
+             _ratio("first step, after warm / stock cold", c.get("first_step_s"), sc.get("first_step_s"), None)]
+            + _common(sc, c), notes)
+
+
+def _shared(p: Plan):
+    pop, c, s = p.case("pcompile-populate-tiers"), p.case("pcompile-shared"), p.case("stock-hot")
+    return ({"pcompile-populate-tiers": pop, "pcompile-shared": c, "stock-hot": s},
+            [_ratio("first step, empty local + shared tier / stock hot local", c.get("first_step_s"),
+                    s.get("first_step_s"), 1.15)] + _common(s, c), [])
+
+
+def _remote(p: Plan):
+    pop, c, s = p.case("pcompile-populate-tiers"), p.case("pcompile-remote"), p.case("stock-hot")
+    cases = {"pcompile-populate-tiers": pop, "pcompile-remote": c, "stock-hot": s}
+    ratios = [_ratio("first step, empty local + remote tier / stock hot local", c.get("first_step_s"),
+                     s.get("first_step_s"), None)]
+    if p.opts.stock_remote:
+        sr = p.case("stock-remote")
+        cases["stock-remote"] = sr
+        ratios.append(_ratio("first step, pcompile remote / stock's own Redis remote cache", c.get("first_step_s"),
+                             sr.get("first_step_s"), None,
+                             "stock remote caches FX graphs/AOT/autotune only; Triton kernels still compile"))
+    return cases, ratios + _common(s, c), []
+
+
+def _ranks_scn(p: Plan):
+    sr, cr = p.case("stock-ranks"), p.case("pcompile-ranks")
+    sc, cc = p.case("stock-cold"), p.case("pcompile-cold")
+    n = p.opts.ranks
+
+    def agg(rs: list[dict]) -> dict:
+        ok = [r for r in rs if not r.get("error")]
+        firsts = [r["first_step_s"] for r in ok if r.get("first_step_s") is not None]
+        cpu = [r["compile_cpu_s"] for r in ok if r.get("compile_cpu_s") is not None]
+        ru = [r["rusage_cpu_s"] for r in ok if r.get("rusage_cpu_s") is not None]
+        return {"ok": len(ok), "slowest_first_step_s": max(firsts) if firsts else None,
+                "fastest_first_step_s": min(firsts) if firsts else None,
+                "median_first_step_s": statistics.median(firsts) if firsts else None,
+                "compile_cpu_s_total": round(sum(cpu), 2) if len(cpu) == n else None,
+                "rusage_cpu_s_total": round(sum(ru), 2) if len(ru) == n else None,
+                "machine_cpu_s_all": rs[0].get("machine_cpu_s_all") if rs else None}
+
+    a, b = agg(sr), agg(cr)
+    notes = [f"{n} processes started at once, one cache dir each side; stock: {a}", f"pcompile: {b}",
+             "compile CPU-s = CPU of a process and its descendants during its first step (psutil); "
+             "rusage = whole-process CPU incl. reaped children (os.wait4); machine = all cores, /proc/stat, "
+             "whole launch (includes imports)"]
+    ratios = [
+        _ratio(f"pcompile {n} ranks: total compile CPU-s / one process's", b["compile_cpu_s_total"],
+               cc.get("compile_cpu_s"), 1.25),
+        _ratio(f"pcompile {n} ranks: slowest first step / stock single cold", b["slowest_first_step_s"],
+               sc.get("first_step_s"), 1.1),
+        _ratio(f"stock {n} ranks: total compile CPU-s / one process's", a["compile_cpu_s_total"],
+               sc.get("compile_cpu_s"), None, "the baseline: stock compiles once per rank"),
+        _ratio(f"slowest first step, pcompile / stock, {n} ranks", b["slowest_first_step_s"],
+               a["slowest_first_step_s"], None),
+        _ratio(f"machine CPU-s of the {n}-rank launch, pcompile / stock", b["machine_cpu_s_all"],
+               a["machine_cpu_s_all"], None, "catches compile daemons that are no process's child"),
+    ]
+    cases = {"stock-cold": sc, "pcompile-cold": cc, "stock-ranks": sr, "pcompile-ranks": cr}
+    return cases, ratios, notes
+
+
+# ---------------------------------------------------------------- CLI shared by the scenario scripts
+
+def add_args(ap: argparse.ArgumentParser, default_models: str = "gpt2,llama,resnet50") -> None:
+    ap.add_argument("--models", default=None, help=f"comma-separated (default {default_models}; "
+                                                   f"with --quick: tiny-gpt2,tiny-llama,tiny-resnet)")
+    ap.add_argument("--steps", type=int, default=None, help="training steps per case (default 20; --quick: 3)")
+    ap.add_argument("--device", default=None, help="cuda (default when available) or cpu")
+    ap.add_argument("--amp", choices=("auto", "bf16", "none"), default="auto", help="auto: bf16 on cuda, none on cpu")
+    ap.add_argument("--ranks", type=int, default=None, help="processes for the ranks scenario (default 4; --quick: 2)")
+    ap.add_argument("--quick", action="store_true", help="tiny models on CPU: a smoke test, not a measurement")
+    ap.add_argument("--timeout", type=float, default=1200.0, help="seconds per case")
+    ap.add_argument("--work-dir", type=Path, default=None, help="where fresh cache dirs go (default: a new temp dir)")
+    ap.add_argument("--keep", action="store_true", help="keep the work dir (cache dirs, logs, per-case JSON)")
+    ap.add_argument("--warm-arg", action="append", default=[], dest="warm_args",
+                    help="extra argument for `pcompile warm` (repeat), e.g. --warm-arg=--target --warm-arg=h100.json")
+    ap.add_argument("--no-stock-remote", action="store_true", help="remote scenario: skip stock's own Redis cache")
+    ap.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
+    ap._default_models = default_models  # type: ignore[attr-defined]
+
+
+def options(args: argparse.Namespace, default_models: str) -> Options:
+    models = args.models or ("tiny-gpt2,tiny-llama,tiny-resnet" if args.quick else default_models)
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="pcompile-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    return Options(models=[m.strip() for m in models.split(",") if m.strip()],
+                   steps=args.steps or (3 if args.quick else 20),
+                   device=args.device or ("cpu" if args.quick else None), amp=args.amp,
+                   ranks=args.ranks or (2 if args.quick else 4), timeout_s=args.timeout, work_dir=work,
+                   log_dir=work / "logs", warm_args=list(args.warm_args), stock_remote=not args.no_stock_remote)
+
+
+def run_scenarios(names: list[str], opts: Options, on_row: Callable[[dict], None] | None = None,
+                  order: str = "scenario", skip: set[tuple[str, str]] = frozenset(),
+                  min_left_s: float = 30.0) -> list[dict]:
+    """Run scenarios x models (scenario-major by default), stopping when the deadline nears."""
+    services = Services(opts.work_dir)
+    plans = {m: Plan(m, opts, services) for m in opts.models}
+    pairs = ([(s, m) for s in names for m in opts.models] if order == "scenario"
+             else [(s, m) for m in opts.models for s in names])
+    rows = []
+    try:
+        for s, m in pairs:
+            if (s, m) in skip:
+                continue
+            if opts.time_left() < min_left_s:
+                rows.append({"scenario": s, "model": m, "skipped": "time budget spent"})
+                H._say(f"== {s} / {m}: skipped, time budget spent")
+                continue
+            H._say(f"== {s} / {m}")
+            row = scenario(s, plans[m])
+            rows.append(row)
+            print_row(row)
+            if on_row:
+                on_row(row)
+    finally:
+        services.close()
+    return rows
+
+
+def print_row(row: dict) -> None:
+    if row.get("skipped"):
+        return
+    H._say(f"-- {row['scenario']} / {row['model']} ({row['seconds']} s)")
+    hdr = f"   {'case':<28}{'first step s':>13}{'steady ms':>11}{'compile CPU-s':>15}{'fx hit/miss':>13}{'aot hit/miss':>14}"
+    H._say(hdr)
+    for name, c in row["cases"].items():
+        for sub_name, sub in ([(f"{name}[{i}]", r) for i, r in enumerate(c["ranks"])] if "ranks" in c else [(name, c)]):
+            if sub.get("error"):
+                H._say(f"   {sub_name:<28}  {sub['error'][:110]}")
+                continue
+            st = sub.get("steady_step_s")
+            H._say(f"   {sub_name:<28}{_f(sub.get('first_step_s')):>13}{_f(st * 1000 if st else None):>11}"
+                   f"{_f(sub.get('compile_cpu_s')):>15}{str(sub['fxgraph_hit']) + '/' + str(sub['fxgraph_miss']):>13}"
+                   f"{str(sub['aot_hit']) + '/' + str(sub['aot_miss']):>14}")
+    for r in row["ratios"]:
+        mark = "" if r["met"] is None else ("  [target <= %g: met]" % r["target"] if r["met"]
+                                             else "  [target <= %g: NOT met]" % r["target"])
+        H._say(f"   {r['name']}: {_f(r['value'], 3)}{mark}" + (f"  ({r['note']})" if r.get("note") else ""))
+    for n in row.get("notes", []):
+        H._say(f"   note: {n}")
+
+
+def _f(v: Any, nd: int = 2) -> str:
+    return "-" if v is None else (f"{v:.{nd}f}" if isinstance(v, float) else str(v))
+
+
+def main_for(scn: str, doc: str) -> int:
+    """The entry of benchmarks/<scenario>.py: one scenario over the chosen models."""
+    import json
+
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_args(ap)
+    args = ap.parse_args()
+    opts = options(args, "gpt2,llama,resnet50")
+    H._say(f"work dir {opts.work_dir}")
+    try:
+        rows = run_scenarios([scn], opts)
+    finally:
+        if not args.keep:
+            shutil.rmtree(opts.work_dir, ignore_errors=True)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1, default=str))
+    return 0 if all(not _any_error(r) for r in rows) else 1
+
+
+def _any_error(row: dict) -> bool:
+    for c in row.get("cases", {}).values():
+        for sub in c.get("ranks", [c]):
+            if sub.get("error") and not str(sub["error"]).startswith("skipped"):
+                return True
+    return False
