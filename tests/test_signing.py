@@ -233,6 +233,25 @@ def test_signing_on_the_shared_filesystem_tier(tmp_path: Path, monkeypatch: pyte
     assert got is not None and got.blobs == entry.blobs
 
 
+def test_consumer_that_can_only_verify_never_publishes_to_shared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Its entries would be refused by every reader: it keeps them local (one warning saying why)."""
+    keys = make_keys("ed25519", tmp_path / "keys")
+    shared = tmp_path / "shared"
+    consumer = open_store(monkeypatch, tmp_path / "c", None, PCOMPILE_SHARED_DIR=str(shared), **keys.reader)
+    entry = make_entry("kernel", 5, 100)
+    with caplog.at_level("WARNING", logger="pcompile"):
+        got, outcome = consumer.get_or_compute(entry.key, lambda: entry)
+        consumer.put(make_entry("kernel", 6, 100))
+    assert outcome == "compiled"
+    assert consumer.local.get(entry.key) is not None
+    from pcompile.store.fs_tier import DirectoryTier
+
+    assert list(DirectoryTier(shared / "store", "shared", create=False).keys()) == []
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 1 and "PCOMPILE_READ_ONLY" in warned[0], warned
+    consumer.close()
+
+
 def test_signing_on_s3(moto_server: MotoServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from pcompile.store.s3_tier import S3Tier
 

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 from typing import TYPE_CHECKING
 
 from pcompile.store.entry import Manifest
@@ -72,14 +73,27 @@ class TrustConfig:
         return f"on: accepts {'; '.join(kinds)}; signs with {signer.scheme if signer else 'nothing (read-only for shared/remote)'}"
 
 
+def _refuse_unsigned(manifest: Manifest) -> Manifest:
+    """The signer of a checked tier in a process without a signing key: publishing there would
+    only plant entries every reader refuses. An OSError, so Store.put warns once and goes on."""
+    raise PermissionError(
+        errno.EACCES,
+        "signatures are checked but this process has no signing key; set PCOMPILE_READ_ONLY=1 for consumers, "
+        "or give writers PCOMPILE_SIGNING_KEY_FILE",
+    )
+
+
 def configure_tiers(store: "Store") -> TrustConfig:
     """Called by Store.open: set each tier's signer and trust hooks, and attach remote tiers
     to the store (stats, node-local landing dir for single-flight fetches)."""
     config = TrustConfig.from_env()
     signer = config.signer()
     for tier in store.tiers:
+        checked = tier.kind != "local" and config.checks
         tier.signer = signer
-        tier.trust = config.verifier(tier.name, store.stats) if tier.kind != "local" else None
+        if checked and signer is None and tier.kind == "shared":
+            tier.signer = _refuse_unsigned
+        tier.trust = config.verifier(tier.name, store.stats) if checked else None
         attach = getattr(tier, "attach", None)
         if callable(attach):
             attach(store)
