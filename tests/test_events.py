@@ -192,3 +192,15 @@ def test_forked_child_writes_under_its_own_pid(cache_env: dict[str, str], monkey
     evs = _lines(log_path())
     assert [e["who"] for e in evs] == ["parent", "child"]
     assert evs[1]["pid"] == pid
+
+
+def test_field_names_cannot_break_the_record(cache_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from pcompile.events import emit, log_path, span
+
+    monkeypatch.setenv("PCOMPILE_JOB_ID", "reserved")
+    with span("kernel_compile", kind="triton", ts="x") as ev:  # caller fields named like record fields
+        ev.outcome = "compiled"
+    emit("cache_lookup", time.time(), 0.1, dur=99, rank=5)
+    a, b = _lines(log_path())
+    assert a["kind"] == "kernel_compile" and a["field_kind"] == "triton" and isinstance(a["ts"], float)
+    assert b["dur"] == 0.1 and b["field_dur"] == 99 and b["rank"] == 5

@@ -75,8 +75,12 @@ def _base(kind: str, start: float, dur: float) -> dict[str, Any]:
     return rec
 
 
+_RESERVED = frozenset({"v", "kind", "ts", "dur", "id"})
+
+
 def _clean(fields: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in fields.items() if v is not None}
+    """Fields as given, minus Nones; a name the record itself uses is kept as `field_<name>`."""
+    return {(f"field_{k}" if k in _RESERVED else k): v for k, v in fields.items() if v is not None}
 
 
 class Span:
@@ -171,14 +175,14 @@ class _NullSpan:
 _NULL = _NullSpan()
 
 
-def span(kind: str, **fields: Any) -> Span | _NullSpan:
+def span(kind: str, /, **fields: Any) -> Span | _NullSpan:
     """Time a region as one event of `kind` (also a `pcompile::<kind>` profiler range)."""
     if not enabled():
         return _NULL
     return Span(kind, fields)
 
 
-def emit(kind: str, start: float, dur: float, **fields: Any) -> None:
+def emit(kind: str, start: float, dur: float, /, **fields: Any) -> None:
     """Record an event timed elsewhere (e.g. in a worker). `start` is time.time(); a
     time.perf_counter() value is also accepted and converted."""
     if not enabled():
