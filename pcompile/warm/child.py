@@ -58,8 +58,11 @@ def _install_pcompile_backend() -> str:
         return "not available (stock Inductor caches only)"
     import pcompile
 
-    pcompile.install()
-    return "installed"
+    try:
+        ok = pcompile.install()
+    except Exception as exc:  # the warm still fills the stock caches
+        return f"failed ({type(exc).__name__}: {exc}); stock Inductor caches only"
+    return "installed" if ok is not False else "declined (see its warning); stock Inductor caches only"
 
 
 def _explain(exc: BaseException) -> str | None:

@@ -1,0 +1,134 @@
+"""The virtual CUDA device: builds with the system compiler, answers from a profile, parses cubins,
+and is never loaded into this (pytest) process."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pcompile.errors import PcompileError
+from pcompile.vdev import build, preload
+from pcompile.vdev.profile import builtin_names, describe, resolve
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="LD_PRELOAD virtual device is Linux-only")
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory) -> Path:
+    os.environ.setdefault(build.ENV_BUILD_DIR, str(tmp_path_factory.mktemp("vdev")))
+    return build.library()
+
+
+def _run_under_vdev(lib: Path, tmp: Path, code: str, strict: bool = False) -> dict:
+    env = preload.child_env(lib, resolve("h100"), tmp, strict)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_builtin_h100_profile_resolves():
+    assert "h100-sxm5-80gb" in builtin_names()
+    for alias in ("h100", "sm_90", "h100-sxm5-80gb"):
+        prof = resolve(alias)
+        assert prof.arch == "sm_90"
+        assert prof.name.startswith("NVIDIA H100")
+        assert len(prof.prop_bytes) == 1008
+    text = describe(resolve("h100"))
+    assert "SMs 132" in text and "sm_90" in text
+
+
+def test_unknown_target_is_one_line_error():
+    with pytest.raises(PcompileError, match="unknown target"):
+        resolve("a100-made-up")
+
+
+def test_library_builds_once_and_answers_device_count(lib, tmp_path):
+    assert lib.name == "libcuda.so.1" and lib.exists()
+    assert build.library() == lib  # cached by source hash
+    code = (
+        "import ctypes, json\n"
+        "rt = ctypes.CDLL('libcuda.so.1')\n"
+        "n = ctypes.c_int(-1); assert rt.cudaGetDeviceCount(ctypes.byref(n)) == 0\n"
+        "name = ctypes.create_string_buffer(256); rt.cuDeviceGetName(name, 256, 0)\n"
+        "buf = ctypes.create_string_buffer(1008); assert rt.cudaGetDeviceProperties(buf, 0) == 0\n"
+        "v = ctypes.c_int(); rt.cuDeviceGetAttribute(ctypes.byref(v), 16, 0)\n"
+        "print(json.dumps({'count': n.value, 'name': name.value.decode(), 'prop_name': buf.raw[:256].split(b'\\0')[0].decode(), 'sms': v.value}))\n"
+    )
+    got = _run_under_vdev(lib, tmp_path, code)
+    prof = resolve("h100")
+    assert got == {"count": 1, "name": prof.name, "prop_name": prof.name, "sms": 132}
+
+
+def test_torch_sees_one_h100_and_launches_are_swallowed(lib, tmp_path):
+    code = (
+        "import torch, json\n"
+        "from pcompile.vdev import preload\n"
+        "p = torch.cuda.get_device_properties(0)\n"
+        "x = torch.zeros(8, device='cuda')\n"
+        "print(json.dumps({'avail': torch.cuda.is_available(), 'name': p.name, 'cc': [p.major, p.minor],\n"
+        "  'launches': preload.stats_here().get('launch', 0)}))\n"
+    )
+    got = _run_under_vdev(lib, tmp_path, code)
+    assert got["avail"] and got["name"] == resolve("h100").name and got["cc"] == [9, 0]
+    assert got["launches"] >= 1
+
+
+def test_strict_mode_makes_a_launch_an_error(lib, tmp_path):
+    env = preload.child_env(lib, resolve("h100"), tmp_path, strict=True)
+    code = "import torch; torch.full((4,), 3.0, device='cuda'); torch.cuda.synchronize(); print('ran')"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0
+    assert "strict mode" in out.stderr and "native CUDA kernel" in out.stderr
+
+
+def test_not_loaded_into_pytest_process():
+    assert not preload.loaded_here()
+    assert "libcuda.so.1" not in os.environ.get("LD_PRELOAD", "")
+
+
+def test_missing_compiler_is_a_clear_error(monkeypatch):
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(PcompileError, match="no C compiler"):
+        build.find_compiler()
+
+
+def test_cubin_register_count_matches_ptxas(lib, tmp_path):
+    """NUM_REGS/LOCAL_SIZE from the cubin ELF equal what ptxas -v reports for the same PTX."""
+    import re
+
+    from triton.backends.nvidia import compiler as nvc
+
+    get = getattr(nvc, "get_ptxas", None)
+    ptxas = get().path if get else nvc._path_to_binary("ptxas")[0]
+    ptx = tmp_path / "k.ptx"
+    ptx.write_text(
+        ".version 8.0\n.target sm_90\n.address_size 64\n"
+        ".visible .entry kern(.param .u64 p, .param .u32 n) .maxntid 256, 1, 1\n{\n"
+        " .reg .b32 %r<8>; .reg .b64 %rd<4>; .reg .f32 %f<4>;\n"
+        " ld.param.u64 %rd1, [p]; ld.param.u32 %r1, [n]; mov.u32 %r2, %tid.x;\n"
+        " cvta.to.global.u64 %rd2, %rd1; mul.wide.u32 %rd3, %r2, 4; add.s64 %rd2, %rd2, %rd3;\n"
+        " ld.global.f32 %f1, [%rd2]; cvt.rn.f32.u32 %f2, %r1; fma.rn.f32 %f3, %f1, %f2, %f1;\n"
+        " st.global.f32 [%rd2], %f3; ret;\n}\n")
+    cubin = tmp_path / "k.cubin"
+    out = subprocess.run([ptxas, "-v", "-arch=sm_90", str(ptx), "-o", str(cubin)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    regs = int(re.search(r"Used (\d+) registers", out.stderr).group(1))
+    code = (
+        "import ctypes, json\n"
+        "d = ctypes.CDLL('libcuda.so.1')\n"
+        f"img = open({str(cubin)!r}, 'rb').read()\n"
+        "m = ctypes.c_void_p(); f = ctypes.c_void_p()\n"
+        "assert d.cuModuleLoadData(ctypes.byref(m), img) == 0\n"
+        "assert d.cuModuleGetFunction(ctypes.byref(f), m, b'kern') == 0\n"
+        "def a(i):\n    v = ctypes.c_int(); assert d.cuFuncGetAttribute(ctypes.byref(v), i, f) == 0; return v.value\n"
+        "print(json.dumps({'regs': a(4), 'local': a(3), 'max_threads': a(0)}))\n"
+    )
+    got = _run_under_vdev(lib, tmp_path, code)
+    assert got["regs"] == regs
+    assert got["local"] == 0
+    assert got["max_threads"] == 256  # .maxntid wins over the register limit
