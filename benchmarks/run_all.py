@@ -163,7 +163,7 @@ def markdown(data: dict) -> str:
             lines.append(f"| {row['scenario']} | {row['model']} | {r['name']} | {_n(r['value'], 3)} | "
                          f"{'' if r['target'] is None else '≤ ' + str(r['target'])} | {met} |")
     lines += ["", "### Cases", "", "| scenario | model | case | first step s | steady ms | compile CPU-s | FX hit/miss | "
-              "AOT hit/miss | error |", "|---|---|---|---:|---:|---:|---|---|---|"]
+              "AOT hit/miss | pcompile lookups hit/all | error |", "|---|---|---|---:|---:|---:|---|---|---|---|"]
     for row in data["rows"]:
         for name, c in row.get("cases", {}).items():
             subs = [(f"{name}[{i}]", r) for i, r in enumerate(c["ranks"])] if "ranks" in c else [(name, c)]
@@ -172,6 +172,7 @@ def markdown(data: dict) -> str:
                 lines.append(f"| {row['scenario']} | {row['model']} | {sub_name} | {_n(s.get('first_step_s'))} | "
                              f"{_n(st * 1000 if st else None)} | {_n(s.get('compile_cpu_s'))} | "
                              f"{s.get('fxgraph_hit', '')}/{s.get('fxgraph_miss', '')} | {s.get('aot_hit', '')}/{s.get('aot_miss', '')} | "
+                             f"{s.get('pcompile_lookups', '')} | "
                              f"{(s.get('error') or '')[:120].replace('|', '/')} |")
     notes = [f"- {row['scenario']} / {row['model']}: {n}" for row in data["rows"] for n in row.get("notes", [])]
     if notes:

@@ -219,6 +219,9 @@ def summarize(r: dict) -> dict:
     out["graphs"] = _hits(r, "stats", "unique_graphs")
     if r.get("losses"):
         out["losses"] = r["losses"][:20]
+    if isinstance(r.get("events"), dict) and r["events"].get("lookups"):
+        lk = r["events"]["lookups"]
+        out["pcompile_lookups"] = f"{sum(x['hit'] for x in lk)}/{sum(x['n'] for x in lk)}"
     if isinstance(r.get("events"), dict):
         out["pcompile_events"] = {k: r["events"].get(k) for k in ("job", "log", "graph_outcomes", "kernel_outcomes", "saved", "error")}
     return out
@@ -406,7 +409,8 @@ def print_row(row: dict) -> None:
     if row.get("skipped"):
         return
     H._say(f"-- {row['scenario']} / {row['model']} ({row['seconds']} s)")
-    hdr = f"   {'case':<28}{'first step s':>13}{'steady ms':>11}{'compile CPU-s':>15}{'fx hit/miss':>13}{'aot hit/miss':>14}"
+    hdr = (f"   {'case':<28}{'first step s':>13}{'steady ms':>11}{'compile CPU-s':>15}{'fx hit/miss':>13}"
+           f"{'aot hit/miss':>14}{'pcompile hits':>15}")
     H._say(hdr)
     for name, c in row["cases"].items():
         for sub_name, sub in ([(f"{name}[{i}]", r) for i, r in enumerate(c["ranks"])] if "ranks" in c else [(name, c)]):
@@ -416,7 +420,7 @@ def print_row(row: dict) -> None:
             st = sub.get("steady_step_s")
             H._say(f"   {sub_name:<28}{_f(sub.get('first_step_s')):>13}{_f(st * 1000 if st else None):>11}"
                    f"{_f(sub.get('compile_cpu_s')):>15}{str(sub['fxgraph_hit']) + '/' + str(sub['fxgraph_miss']):>13}"
-                   f"{str(sub['aot_hit']) + '/' + str(sub['aot_miss']):>14}")
+                   f"{str(sub['aot_hit']) + '/' + str(sub['aot_miss']):>14}{sub.get('pcompile_lookups', '-'):>15}")
     for r in row["ratios"]:
         mark = "" if r["met"] is None else ("  [target <= %g: met]" % r["target"] if r["met"]
                                              else "  [target <= %g: NOT met]" % r["target"])

@@ -15,7 +15,7 @@ from pcompile.events import style
 from pcompile.events.analysis import Analysis
 
 LABEL_W = 230
-PLOT_W = 1100
+PLOT_W = 1000
 ROW_H = 13
 LANE_GAP = 5
 GROUP_H = 18
