@@ -85,8 +85,10 @@ class RayPool:
         runtime_env: dict[str, Any] | None = None,
         init_kwargs: dict[str, Any] | None = None,
         local_workers: int | None = None,
+        connect_timeout: float = 60.0,
     ) -> None:
         self.address = address
+        self.connect_timeout = connect_timeout
         self.requested_actors = actors
         self.job_timeout = job_timeout
         self.preload = tuple(preload)
@@ -104,6 +106,14 @@ class RayPool:
         self.counts = {"ray": 0, "local": 0, "crashed": 0, "timeout": 0}
         self._thread = threading.Thread(target=self._dispatch, name="pcompile-ray-dispatch", daemon=True)
         self._thread.start()
+        # ray.init() against an unreachable address blocks for minutes; compiles must not wait.
+        self._watchdog = threading.Timer(connect_timeout, self._connect_deadline)
+        self._watchdog.daemon = True
+        self._watchdog.start()
+
+    def _connect_deadline(self) -> None:
+        if not self._ready.is_set():
+            self._fail_all(f"Ray did not come up within {self.connect_timeout:g} s")
 
     # -- public API ----------------------------------------------------------------------
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
@@ -159,7 +169,8 @@ class RayPool:
                 for _, _, job in self._backlog:
                     job.future.cancel()
             self._lock.notify_all()
-        if wait:
+        self._watchdog.cancel()
+        if wait and self._failed is None:
             self._thread.join(timeout=60)
         if self._local is not None:
             self._local.shutdown(wait=wait)
@@ -189,8 +200,10 @@ class RayPool:
         try:
             ray, actor_cls, count = self._start_ray()
         except Exception as exc:
-            self._fail_all(f"{type(exc).__name__}: {exc}")
+            self._fail_all(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
             return
+        if self._failed is not None:
+            return  # came up after the deadline: jobs already run in-process, stay there
         self.actor_count = count
         idle = [actor_cls.remote(self.preload) for _ in range(count)]
         running: dict[Any, tuple[Any, _Job, float]] = {}
@@ -258,6 +271,8 @@ class RayPool:
                 job.future.set_exception(exc)
 
     def _fail_all(self, reason: str) -> None:
+        if self._failed is not None:
+            return
         warn_once(f"ray:{self.address}", f"pcompile: Ray pool unavailable ({reason}); compiling in-process")
         with self._lock:
             self._failed = reason
