@@ -105,7 +105,7 @@ class RedisTier(RemoteBackend):
         return self.io(self.client.get, self._m(key))
 
     def read_blob(self, sha256: str) -> bytes | None:
-        head = self.io(self.client.get, self._b(sha256))
+        head = self.io(self.client.get, self._b(sha256), nbytes=self.chunk_bytes)
         if not head:
             return None
         tag, body = head[:1], head[1:]
@@ -118,7 +118,7 @@ class RedisTier(RemoteBackend):
             return None
         parts = []
         for index in range(info["chunks"]):
-            part = self.io(self.client.get, self._c(sha256, index))
+            part = self.io(self.client.get, self._c(sha256, index), nbytes=info["chunk"])
             if part is None:
                 return None  # evicted: a miss, and has_blob will say so to the next writer
             parts.append(part)
@@ -143,13 +143,13 @@ class RedisTier(RemoteBackend):
 
     def write_blob(self, sha256: str, data: bytes) -> None:
         if len(data) <= self.chunk_bytes:
-            self.io(self.client.set, self._b(sha256), _INLINE + data)
+            self.io(self.client.set, self._b(sha256), _INLINE + data, nbytes=len(data))
             return
         view = memoryview(data)
         chunks = (len(data) + self.chunk_bytes - 1) // self.chunk_bytes
         for index in range(chunks):
             part = bytes(view[index * self.chunk_bytes : (index + 1) * self.chunk_bytes])
-            self.io(self.client.set, self._c(sha256, index), part)
+            self.io(self.client.set, self._c(sha256, index), part, nbytes=len(part))
         head = json.dumps({"size": len(data), "chunks": chunks, "chunk": self.chunk_bytes}, sort_keys=True).encode()
         self.io(self.client.set, self._b(sha256), _CHUNKED + head)  # last: the blob now exists
 

@@ -57,6 +57,7 @@ ENV_QUEUE_BYTES = "PCOMPILE_REMOTE_QUEUE_BYTES"
 ENV_FLUSH_TIMEOUT = "PCOMPILE_REMOTE_FLUSH_TIMEOUT"
 ENV_MISS_TTL = "PCOMPILE_REMOTE_MISS_TTL"
 ENV_FETCH_WAIT = "PCOMPILE_REMOTE_FETCH_WAIT"
+ENV_MIN_RATE = "PCOMPILE_REMOTE_MIN_RATE"
 
 
 def _env_float(name: str, default: float, minimum: float = 0.0) -> float:
@@ -84,6 +85,7 @@ class RemoteOptions:
     flush_seconds: float = 10.0  # exit waits at most this long for queued writes
     miss_ttl: float = 5.0  # a remote miss is remembered this long per process
     fetch_wait: float = 120.0  # longest a rank waits for a peer's fetch before giving up (a miss)
+    min_rate: float = 4 << 20  # bytes/s a chunk transfer may not fall below (its deadline allowance)
     io_threads: int = 4
 
     @staticmethod
@@ -97,12 +99,14 @@ class RemoteOptions:
             flush_seconds=_env_float(ENV_FLUSH_TIMEOUT, 10.0),
             miss_ttl=_env_float(ENV_MISS_TTL, 5.0),
             fetch_wait=_env_float(ENV_FETCH_WAIT, 120.0),
+            min_rate=_env_float(ENV_MIN_RATE, float(4 << 20), 1024),
         )
 
-    @property
-    def deadline(self) -> float:
-        """Backstop per round trip: the socket timeout should fire first, with a clearer error."""
-        return self.timeout * 1.25 + 0.1
+    def deadline(self, nbytes: int = 0) -> float:
+        """Backstop per round trip: the socket timeout (idle time) should fire first, with a
+        clearer error; the deadline also catches a server that trickles bytes. A round trip
+        that moves a chunk gets the time that chunk takes at `min_rate` on top."""
+        return self.timeout * 1.25 + 0.1 + nbytes / self.min_rate
 
 
 class RemoteUnavailable(PcompileError):
@@ -116,8 +120,9 @@ class RemoteUnavailable(PcompileError):
 class RemoteBackend(Tier):
     """A remote store's byte primitives. Every network round trip goes through `self.io`.
 
-    `io` is replaced by RemoteTier with a deadline- and breaker-guarded runner; each call should
-    move at most one chunk (a few MiB) so that a per-call deadline is meaningful for big blobs.
+    `io(fn, *args, nbytes=N)` is replaced by RemoteTier with a deadline- and breaker-guarded
+    runner; each call should move at most one chunk (a few MiB; N is an upper bound of what it
+    moves) so that a per-call deadline is meaningful for big blobs.
     Backends return None/False for "not there" and raise for anything else.
     """
 
@@ -127,7 +132,7 @@ class RemoteBackend(Tier):
 
     def __init__(self) -> None:
         super().__init__()
-        self.io: Callable[..., Any] = lambda fn, *args: fn(*args)
+        self.io: Callable[..., Any] = lambda fn, *args, nbytes=0: fn(*args)
 
     def location(self) -> str:
         """Where this tier points, with credentials removed (safe to log)."""
@@ -322,16 +327,19 @@ class RemoteTier(Tier):
             log.warning("%s", message)
 
     # -- the guarded round trip -------------------------------------------------------------
-    def _io(self, fn: Callable[..., Any], *args: Any) -> Any:
+    def _warn_if_peer_opened(self) -> None:
+        if self.breaker.opened_by_peer:
+            self._warn(
+                f"{self.name} tier at {self.backend.location()} was found unreachable by another process on this node; "
+                f"it is skipped for up to {self.options.breaker_seconds:g} s and the job goes on with local tiers"
+            )
+
+    def _io(self, fn: Callable[..., Any], *args: Any, nbytes: int = 0) -> Any:
         if not self.breaker.allow():
-            if self.breaker.opened_by_peer:
-                self._warn(
-                    f"{self.backend.location()} was found unreachable by another process on this node; "
-                    f"skipping the {self.name} tier for up to {self.options.breaker_seconds:g} s, the job goes on with local tiers"
-                )
+            self._warn_if_peer_opened()
             raise RemoteUnavailable(f"{self.name} tier skipped (circuit breaker open)", skipped=True)
         try:
-            result = self._runner.call(fn, args, self.options.deadline)
+            result = self._runner.call(fn, args, self.options.deadline(nbytes))
         except Exception as exc:
             timeout = isinstance(exc, DeadlineExceeded) or self.backend.is_timeout(exc)
             opened = self.breaker.failure(timeout)
@@ -401,6 +409,7 @@ class RemoteTier(Tier):
         """A verified entry or None. Never raises for remote trouble and never waits past the
         deadline per round trip (or, for a peer's fetch, past that peer's progress)."""
         if not self.breaker.allow():
+            self._warn_if_peer_opened()
             self._count(skipped=1)
             return None
         name = str(key)

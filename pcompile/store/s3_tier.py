@@ -137,11 +137,11 @@ class S3Tier(RemoteBackend):
                 total = int(rng.rsplit("/", 1)[1])
             return body, total
 
-        return self.io(call)
+        return self.io(call, nbytes=PART_BYTES if start is not None else 0)
 
     def _put(self, name: str, data: bytes) -> None:
         client = self.client
-        self.io(lambda: client.put_object(Bucket=self.bucket, Key=name, Body=data))
+        self.io(lambda: client.put_object(Bucket=self.bucket, Key=name, Body=data), nbytes=len(data))
 
     # -- primitives -------------------------------------------------------------------------
     def read_manifest(self, key: Key) -> bytes | None:
@@ -201,7 +201,8 @@ class S3Tier(RemoteBackend):
             for number, start in enumerate(range(0, len(data), PART_BYTES), start=1):
                 body = bytes(view[start : start + PART_BYTES])
                 resp = self.io(
-                    lambda b=body, n=number: client.upload_part(Bucket=self.bucket, Key=name, UploadId=upload, PartNumber=n, Body=b)
+                    lambda b=body, n=number: client.upload_part(Bucket=self.bucket, Key=name, UploadId=upload, PartNumber=n, Body=b),
+                    nbytes=len(body),
                 )
                 done.append({"ETag": resp["ETag"], "PartNumber": number})
             self.io(
