@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -26,11 +27,26 @@ class Services:
     def __init__(self, work: Path) -> None:
         self.work = work
         self._redis: H.Redis | None = None
+        self._profile: tuple[Path | None, str] | None = None
 
     def redis(self) -> H.Redis:
         if self._redis is None:
             self._redis = H.Redis(self.work / "redis")
         return self._redis
+
+    def profile(self) -> tuple[Path | None, str]:
+        """This GPU's device profile for `pcompile warm --target`, captured once with `pcompile profile`."""
+        if self._profile is None:
+            out = self.work / "device-profile.json"
+            try:
+                res = subprocess.run([H.python(), "-m", "pcompile.cli.main", "profile", "--out", str(out)],
+                                       env=H.base_env({}), capture_output=True, text=True, timeout=300, cwd=H.REPO)
+                ok = res.returncode == 0 and out.exists()
+                why = "" if ok else (res.stderr.strip().splitlines() or ["no output"])[-1][:300]
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                ok, why = False, str(exc)
+            self._profile = (out if ok else None, why)
+        return self._profile
 
     def close(self) -> None:
         if self._redis is not None:
@@ -160,9 +176,16 @@ def _stock_remote(p: Plan) -> dict:
 
 
 def _pc_warm(p: Plan) -> dict:
+    warm_args = list(p.opts.warm_args)
+    if not any(a == "--target" or a.startswith("--target=") for a in warm_args):
+        prof, why = p.services.profile()  # the GPU this job will run on, as the warm's target
+        if prof is None:
+            return {"error": f"skipped: no device profile for `pcompile warm --target` (`pcompile profile` failed: {why}); "
+                             "pass --warm-arg=--target --warm-arg=PROFILE"}
+        warm_args += ["--target", str(prof)]
     d = p.dirs("warm")
     case_args = H.case_cmd(p.model, "pcompile", p.opts, None)[1:]
-    argv = [H.python(), "-m", "pcompile.cli.main", "warm", "--steps", "2", *p.opts.warm_args, str(H.CASE), "--", *case_args]
+    argv = [H.python(), "-m", "pcompile.cli.main", "warm", "--steps", "2", *warm_args, str(H.CASE), "--", *case_args]
     env = H.base_env(dict(d.env(), PCOMPILE_JOB_ID=f"bench-{p.stamp}-{p.model}-warm"))
     return H.run_warm(f"{p.model}-pcompile-warm", argv, env, p.opts)
 
@@ -244,7 +267,7 @@ def _common(stock: dict, pc: dict) -> list[dict]:
     out = [_ratio("steady-state step, pcompile / stock", pc.get("steady_step_s"), stock.get("steady_step_s"), None,
                   "should be 1.0 within noise: same kernels")]
     d = _loss_delta(stock, pc)
-    out.append({"name": "max |loss difference| over the steps", "value": d, "target": None, "met": None,
+    out.append({"name": "max abs loss difference over the steps", "value": d, "target": None, "met": None,
                 "note": "bf16 noise expected" if d is not None else "not measured"})
     return out
 
@@ -278,9 +301,13 @@ def _warm(p: Plan):
     w = p.case("pcompile-warm")
     c, s = p.case("pcompile-after-warm"), p.case("stock-hot")
     sc = p.case("stock-cold")
-    miss = (summarize(c).get("fxgraph_miss"), summarize(c).get("aot_miss"))
-    notes = [f"warm on this host took {w.get('wall_s')} s; GPU used by the warm process: {w.get('gpu_used_by_warm')}",
-             f"GPU job after warm: FX graph misses {miss[0]}, AOTAutograd misses {miss[1]} (target: 0 and 0)"]
+    notes = []
+    if not w.get("error"):
+        notes.append(f"warm on this host took {w.get('wall_s')} s; GPU used by the warm process: {w.get('gpu_used_by_warm')}")
+    if not c.get("error"):
+        sc_ = summarize(c)
+        notes.append(f"GPU job after warm: FX graph misses {sc_['fxgraph_miss']}, AOTAutograd misses {sc_['aot_miss']}, "
+                     f"pcompile lookups hit {sc_.get('pcompile_lookups', '-')} (target: every graph a hit)")
     return ({"pcompile-warm": w, "pcompile-after-warm": c, "stock-cold": sc, "stock-hot": s},
             [_ratio("first step, after warm / stock hot", c.get("first_step_s"), s.get("first_step_s"), 1.1),
              _ratio("first step, after warm / stock cold", c.get("first_step_s"), sc.get("first_step_s"), None)]
@@ -326,7 +353,12 @@ def _ranks_scn(p: Plan):
                 "machine_cpu_s_all": rs[0].get("machine_cpu_s_all") if rs else None}
 
     a, b = agg(sr), agg(cr)
-    notes = [f"{n} processes started at once, one cache dir each side; stock: {a}", f"pcompile: {b}",
+    def fmt(x: dict) -> str:
+        return (f"{x['ok']}/{n} ok, first step {_f(x['fastest_first_step_s'])}-{_f(x['slowest_first_step_s'])} s, "
+                f"compile CPU-s total {_f(x['compile_cpu_s_total'])}, rusage CPU-s total {_f(x['rusage_cpu_s_total'])}, "
+                f"machine CPU-s {_f(x['machine_cpu_s_all'])}")
+
+    notes = [f"{n} processes started at once, one cache dir per side", f"stock: {fmt(a)}", f"pcompile: {fmt(b)}",
              "compile CPU-s = CPU of a process and its descendants during its first step (psutil); "
              "rusage = whole-process CPU incl. reaped children (os.wait4); machine = all cores, /proc/stat, "
              "whole launch (includes imports)"]
