@@ -221,6 +221,19 @@ def _no_gpu_driver_setup_in_worker() -> Iterator[None]:
             triton_helpers.set_driver_to_gpu = original
 
 
+def _no_gpu_driver_setup_in_parent() -> contextlib.AbstractContextManager[None]:
+    """2.14: the stock scoped skip. 2.11: no-op set_driver_to_gpu only where it cannot work
+    anyway (no CUDA device visible); with a GPU the parent keeps the real call."""
+    import torch
+
+    _, _, _, triton_helpers = _modules()
+    if hasattr(triton_helpers, "skip_gpu_driver_setup"):
+        return triton_helpers.skip_gpu_driver_setup()
+    if torch.cuda.is_available():
+        return contextlib.nullcontext()
+    return _no_gpu_driver_setup_in_worker()
+
+
 def own_cache_env() -> dict[str, str | None]:
     """Cache dirs for a worker on another host: the parent's absolute paths mean nothing there."""
     root = os.path.join(tempfile.gettempdir(), f"pcompile-remote-{os.getuid()}")
@@ -256,9 +269,8 @@ def compile_in_process(job: TritonJob) -> TritonResult:
     compile_tasks._set_triton_ptxas_path()
     changed = {k: v for k, v in job.extra_config.items() if getattr(config, k, object()) != v}
     t0 = time.perf_counter()
-    skip = getattr(triton_helpers, "skip_gpu_driver_setup", contextlib.nullcontext)
     with config.patch(changed) if changed else contextlib.nullcontext():
-        with skip():
+        with _no_gpu_driver_setup_in_parent():
             kernel = codecache._load_triton_kernel_from_source(job.kernel_name, job.source)
             kernel.precompile(warm_cache_only=True)
         elapsed_us = int((time.perf_counter() - t0) * 1e6)
