@@ -207,12 +207,13 @@ class BackgroundWriter:
 
 
 _live_writers: "weakref.WeakSet[BackgroundWriter]" = weakref.WeakSet()
-_exit_hooks: list[Callable[[], None]] = []
+_exit_hooks: "list[weakref.WeakMethod[Callable[[], None]]]" = []
 
 
 def at_exit(hook: Callable[[], None]) -> None:
-    """Run `hook` after the writers flushed (stats must be saved after the last drop counted)."""
-    _exit_hooks.append(hook)
+    """Run the bound method `hook` after the writers flushed (stats must be saved after the last
+    drop was counted). Held weakly: registering does not keep a closed store alive."""
+    _exit_hooks.append(weakref.WeakMethod(hook))  # type: ignore[arg-type]
 
 
 _flush_seconds = [10.0]
@@ -231,7 +232,10 @@ def _flush_all_at_exit() -> None:
             writer.close(max(0.0, end - time.monotonic()))
         except Exception:
             pass
-    for hook in list(_exit_hooks):
+    for ref in list(_exit_hooks):
+        hook = ref()
+        if hook is None:
+            continue
         try:
             hook()
         except Exception:
