@@ -36,6 +36,10 @@ def main() -> None:
         import pcompile
 
         pcompile.install()
+    if os.environ.get("PCOMPILE_AOT_KEY_DUMP"):
+        from pcompile.warm.compat import dump_aot_keys
+
+        dump_aot_keys(os.environ["PCOMPILE_AOT_KEY_DUMP"])
     sys.argv = [a.script, *a.args]
     runpy.run_path(a.script, run_name="__main__")
     torch.cuda.synchronize()

@@ -101,10 +101,9 @@ def test_cubin_register_count_matches_ptxas(lib, tmp_path):
     """NUM_REGS/LOCAL_SIZE from the cubin ELF equal what ptxas -v reports for the same PTX."""
     import re
 
-    from triton.backends.nvidia import compiler as nvc
+    from pcompile.vdev.capture import ptxas_path
 
-    get = getattr(nvc, "get_ptxas", None)
-    ptxas = get().path if get else nvc._path_to_binary("ptxas")[0]
+    ptxas = ptxas_path(90)
     ptx = tmp_path / "k.ptx"
     ptx.write_text(
         ".version 8.0\n.target sm_90\n.address_size 64\n"

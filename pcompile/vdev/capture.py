@@ -10,6 +10,7 @@ import ctypes
 import datetime
 import platform
 import re
+import struct
 import subprocess
 from typing import Any
 
@@ -31,13 +32,16 @@ def _check(rc: int, what: str) -> None:
         raise PcompileError(f"{what} failed with CUDA error {rc}; run `pcompile profile` on a host with a working GPU")
 
 
-def _ptxas_version() -> str:
-    try:
-        from triton.backends.nvidia import compiler as nvc
+def ptxas_path(arch: int = 90) -> str:
+    """The ptxas Triton uses for `arch` (honours TRITON_PTXAS_PATH, which torch may set)."""
+    from triton.backends.nvidia import compiler as nvc
 
-        get = getattr(nvc, "get_ptxas", None)
-        path = get().path if get else nvc._path_to_binary("ptxas")[0]  # triton 3.6 has only the latter
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+    return nvc.get_ptxas(arch).path
+
+
+def _ptxas_version(arch: int = 90) -> str:
+    try:
+        out = subprocess.run([ptxas_path(arch), "--version"], capture_output=True, text=True, timeout=30).stdout
         return out.strip().splitlines()[-1] if out.strip() else "unknown"
     except Exception as exc:  # the fingerprint is informative; never fail the capture for it
         return f"unknown ({type(exc).__name__})"
@@ -45,9 +49,9 @@ def _ptxas_version() -> str:
 
 def _triton_backend_hash() -> str:
     try:
-        from torch.utils._triton import triton_hash_with_backend
+        from pcompile.warm.compat import triton_backend_hash
 
-        return str(triton_hash_with_backend())
+        return triton_backend_hash()
     except Exception as exc:
         return f"unknown ({type(exc).__name__})"
 
@@ -107,7 +111,7 @@ def capture(device: int = 0, board: str | None = None) -> dict[str, Any]:
             "torch_cuda": torch.version.cuda,
             "triton": triton.__version__,
             "cudnn": cudnn,
-            "ptxas": _ptxas_version(),
+            "ptxas": _ptxas_version(int(struct.unpack_from("<i", raw, 360)[0]) * 10 + int(struct.unpack_from("<i", raw, 364)[0])),
             "triton_backend_hash": _triton_backend_hash(),
             "python": platform.python_version(),
         },

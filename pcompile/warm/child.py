@@ -19,6 +19,7 @@ from typing import Any
 EXIT_OK = 0
 EXIT_SCRIPT_ERROR = 3
 EXIT_UNSUPPORTED = 4
+STRICT_MARKER = "pcompile virtual device (strict mode)"
 
 
 class _Strict:
@@ -58,6 +59,8 @@ def _install_pcompile_backend() -> str:
         return "not available (stock Inductor caches only)"
     import pcompile
 
+    if os.environ.get("PCOMPILE_DISABLE") == "1":
+        return "disabled by PCOMPILE_DISABLE=1; stock Inductor caches only"
     try:
         ok = pcompile.install()
     except Exception as exc:  # the warm still fills the stock caches
@@ -75,6 +78,12 @@ def _explain(exc: BaseException) -> str | None:
         seen.add(id(cur))
         if isinstance(cur, WarmValueError):
             return str(cur)
+        if STRICT_MARKER in str(cur):
+            site = _user_line_from_tb(exc)
+            return ("strict mode: a native CUDA kernel was launched while Inductor was compiling"
+                    + (f" (from {site})" if site else "")
+                    + "; on the virtual device it computes nothing, so a value read from it would be garbage. "
+                      "Find the pass or op that evaluates on the device (PCOMPILE_VDEV_TRACE=1 helps), or drop --strict to only count it")
         name = type(cur).__name__
         if name in ("DataDependentOutputException", "DynamicOutputShapeException"):
             # find the user's line in the traceback
@@ -113,6 +122,7 @@ def run(spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     strict = _Strict(bool(spec.get("strict")))
     preload.set_strict(False)
     report["pcompile_backend"] = _install_pcompile_backend()
+    report["caches_switched_on"] = compat.enable_graph_caches()
 
     unselected: dict[str, int] = report["autotune_unselected"]
 
@@ -128,6 +138,8 @@ def run(spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     from pcompile.inductor.graph_normalize import normalize_placeholder_types
 
     compat.normalize_graphs_before_inductor(normalize_placeholder_types)
+    if os.environ.get("PCOMPILE_AOT_KEY_DUMP"):
+        compat.dump_aot_keys(os.environ["PCOMPILE_AOT_KEY_DUMP"])
     mode = compat.new_fake_mode()
     compat.fake_scalar_reads(lambda t: getattr(t, "fake_mode", None) is mode, scalars.read_fake)
     if spec.get("world_size"):

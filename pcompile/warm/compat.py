@@ -32,6 +32,11 @@ PRIVATE_SYMBOLS: list[tuple[str, str]] = [
     ("torch._inductor.compile_fx", "compile_fx"),
     ("torch._tensor_str", "_str"),
     ("torch._dynamo.utils", "counters"),
+    ("torch.testing._internal.distributed.fake_pg", "FakeStore"),
+    ("torch.utils._triton", "triton_hash_with_backend"),
+    ("torch._inductor.config", "fx_graph_cache"),
+    ("torch._functorch.config", "enable_autograd_cache"),
+    ("torch._functorch._aot_autograd.autograd_cache", "autograd_cache_key"),
 ]
 
 
@@ -294,6 +299,63 @@ def normalize_graphs_before_inductor(normalize: Callable[[Any], Any]) -> None:
 
     compile_fx._pcompile = True  # type: ignore[attr-defined]
     cfx.compile_fx = compile_fx
+
+
+def dump_aot_keys(path: str) -> None:
+    """Diagnostics: append every AOTAutograd cache key with its per-field hash lines to `path`
+    (JSON lines), so a warm process and a GPU job can be diffed field by field on a miss."""
+    import json
+
+    from torch._functorch._aot_autograd import autograd_cache as ac
+
+    original = ac.autograd_cache_key
+    if getattr(original, "_pcompile", False):
+        return
+
+    @functools.wraps(original)
+    def autograd_cache_key(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        try:
+            key, lines = result
+            with open(path, "a") as fh:
+                fh.write(json.dumps({"key": key, "lines": [str(x)[:2000] for x in lines]}) + "\n")
+        except Exception:
+            pass
+        return result
+
+    autograd_cache_key._pcompile = True  # type: ignore[attr-defined]
+    ac.autograd_cache_key = autograd_cache_key
+
+
+def enable_graph_caches() -> list[str]:
+    """Switch on the FX graph and AOTAutograd caches if something turned them off; names what
+    changed. Their default (on) values are what a GPU job has, so normally nothing changes; the
+    functorch flag is part of every AOTAutograd key, so it is never touched when pcompile's own
+    install has set it."""
+    import torch._functorch.config as fc
+    import torch._inductor.config as ic
+
+    changed = []
+    if not ic.fx_graph_cache:
+        ic.fx_graph_cache = True
+        changed.append("inductor.fx_graph_cache")
+    if not fc.enable_autograd_cache and not getattr(fc, "enable_remote_autograd_cache", None):
+        fc.enable_autograd_cache = True
+        changed.append("functorch.enable_autograd_cache")
+    return changed
+
+
+def fake_store() -> Any:
+    """A store for the "fake" process-group backend; importing the module registers the backend."""
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    return FakeStore()
+
+
+def triton_backend_hash() -> str:
+    from torch.utils._triton import triton_hash_with_backend
+
+    return str(triton_hash_with_backend())
 
 
 def counters() -> dict[str, dict[str, int]]:

@@ -17,7 +17,8 @@ def env_for(world_size: int) -> dict[str, str]:
 
 def install(world_size: int) -> None:
     import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore  # registers the "fake" backend
+
+    from pcompile.warm.compat import fake_store
 
     original = dist.init_process_group
 
@@ -25,6 +26,6 @@ def install(world_size: int) -> None:
         for k in ("store", "world_size", "rank", "init_method"):
             kwargs.pop(k, None)
         kwargs.pop("device_id", None)  # binding a device would eagerly create a real communicator
-        return original("fake", store=FakeStore(), world_size=world_size, rank=0, **kwargs)
+        return original("fake", store=fake_store(), world_size=world_size, rank=0, **kwargs)
 
     dist.init_process_group = init_process_group

@@ -61,12 +61,10 @@ def inductor_dirs(settings: Settings) -> tuple[Path, Path]:
 def cache_env(settings: Settings) -> dict[str, str]:
     inductor, triton = inductor_dirs(settings)
     env = settings.export_env()
-    env.update({
-        "TORCHINDUCTOR_CACHE_DIR": str(inductor),
-        "TRITON_CACHE_DIR": str(triton),
-        "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
-        "TORCHINDUCTOR_AUTOGRAD_CACHE": "1",
-    })
+    # The graph caches are switched on inside the child (compat.enable_graph_caches), not with
+    # TORCHINDUCTOR_*_CACHE=1: those env vars *force* config values that AOTAutograd hashes into
+    # its keys, so the warm would no longer match a GPU job that runs without them.
+    env.update({"TORCHINDUCTOR_CACHE_DIR": str(inductor), "TRITON_CACHE_DIR": str(triton)})
     return env
 
 

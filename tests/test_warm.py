@@ -1,0 +1,127 @@
+"""`pcompile warm` end to end on this CPU-only host (CUDA build of torch, no driver).
+
+A small GPT training script (SDPA, a graph break, bf16 autocast, a compiled AdamW step) is warmed
+into a cache dir: forward and backward FX graphs, AOTAutograd entries and sm_90 cubins must land
+there; a second warm of a copy of the script from another directory must hit every graph (so keys
+do not depend on the script's location). Also: `.item()` used to branch gets a clear message, and
+strict mode turns a planted device-side computation during compile into an error.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pcompile.vdev import preload
+
+ROOT = Path(__file__).resolve().parent.parent
+GPT = ROOT / "examples" / "warm_small_gpt.py"
+GPT_ARGS = ["--layers", "2", "--dim", "64", "--ctx", "32", "--vocab", "128", "--batch", "2"]
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the virtual device is Linux-only")
+
+
+def warm(script: Path, cache: Path, *extra: str, script_args: list[str] | None = None, env: dict | None = None,
+         cwd: Path | None = None) -> tuple[int, dict, str]:
+    cmd = [sys.executable, "-m", "pcompile.cli.main", "warm", str(script), "--target", "h100", "--cache-dir", str(cache),
+           "--json", *extra]
+    if script_args:
+        cmd += ["--", *script_args]
+    full_env = dict(os.environ, PCOMPILE_PROGRESS="0", **(env or {}))
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=full_env, cwd=str(cwd or ROOT))
+    last = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    return out.returncode, json.loads(last[-1]) if last else {}, out.stdout + out.stderr
+
+
+@pytest.fixture(scope="module")
+def cold(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("cache")
+    rc, res, log = warm(GPT, cache, script_args=GPT_ARGS)
+    assert rc == 0, log[-4000:]
+    return cache, res, log
+
+
+def test_cold_warm_writes_forward_backward_and_sm90_cubins(cold):
+    cache, res, log = cold
+    rep = res["report"]
+    assert rep["status"] == "stopped" and rep["steps_done"] == 2
+    # two forward graphs (graph break), their two backward graphs, and the optimizer step
+    assert rep["counters"]["inductor"]["fxgraph_cache_miss"] == 5
+    assert rep["counters"]["aot_autograd"]["autograd_cache_miss"] == 3
+    assert res["written"]["fxgraph"] >= 5 and res["written"]["aotautograd"] == 3
+    cubins = list((cache / "inductor" / "triton").rglob("*.cubin"))
+    assert len(cubins) == res["written"]["triton"] > 10
+    metas = [json.loads(p.read_text()) for p in (cache / "inductor" / "triton").rglob("*.json") if not p.name.startswith("__grp__")]
+    targets = {tuple(sorted(m["target"].items())) for m in metas if isinstance(m, dict) and "target" in m}
+    assert targets == {(("arch", 90), ("backend", "cuda"), ("warp_size", 32))}
+    assert "loss nan" in log  # the script's loss.item() logging kept working on fakes
+    assert rep["vdev"]["launch"] >= 1 and rep["vdev"]["cuModuleLoadData"] >= 1
+
+
+def test_second_warm_from_another_directory_hits_everything(cold, tmp_path):
+    cache, _, _ = cold
+    before = sorted(p.relative_to(cache) for p in (cache / "inductor").rglob("*") if p.is_file())
+    other = tmp_path / "elsewhere" / "job"
+    other.mkdir(parents=True)
+    shutil.copy(GPT, other / "train.py")
+    rc, res, log = warm(other / "train.py", cache, script_args=GPT_ARGS, cwd=other)
+    assert rc == 0, log[-4000:]
+    c = res["report"]["counters"]
+    assert c["inductor"].get("fxgraph_cache_miss", 0) == 0 and c["inductor"]["fxgraph_cache_hit"] == 5
+    assert c["aot_autograd"].get("autograd_cache_miss", 0) == 0 and c["aot_autograd"]["autograd_cache_hit"] == 3
+    assert res["written"] == {"fxgraph": 0, "aotautograd": 0, "triton": 0}
+    after = sorted(p.relative_to(cache) for p in (cache / "inductor").rglob("*") if p.is_file())
+    assert [p for p in after if p.parts[0] in ("fxgraph", "aotautograd")] == [p for p in before if p.parts[0] in ("fxgraph", "aotautograd")]
+
+
+def test_item_used_to_branch_gets_a_clear_message(tmp_path):
+    script = tmp_path / "branchy.py"
+    script.write_text(textwrap.dedent("""\
+        import torch
+        m = torch.nn.Linear(8, 1).cuda()
+        x = torch.randn(4, 8, device="cuda")
+        loss = m(x).sum()
+        print(f"loss {loss.item():.3f}")
+        if loss.item() > 0:
+            print("positive")
+        """))
+    rc, res, log = warm(script, tmp_path / "cache", env={"PCOMPILE_DISABLE": "1"})
+    assert rc != 0
+    err = res["report"]["error"]
+    assert f"{script}:6:" in err and "if loss.item() > 0:" in err and "pcompile.warming()" in err
+    assert "loss nan" in log
+
+
+def test_strict_mode_catches_a_planted_device_computation(tmp_path):
+    script = tmp_path / "planted.py"
+    script.write_text(textwrap.dedent("""\
+        import torch
+        import torch._inductor.config as ic
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        def planted(graph):
+            with _disable_current_modes():  # like a constant folder: real device tensors
+                t = torch.full((4,), 2.0, device="cuda")
+                float((t * 3).sum())
+
+        ic.post_grad_custom_pre_pass = planted
+        f = torch.compile(lambda x: (x * 2).sin())
+        print(f(torch.randn(8, device="cuda")).shape)
+        """))
+    rc, res, log = warm(script, tmp_path / "cache", "--strict", env={"PCOMPILE_DISABLE": "1"})
+    assert rc != 0, log[-3000:]
+    assert "strict mode" in res["report"]["error"]
+    rc, res, log = warm(script, tmp_path / "cache2", env={"PCOMPILE_DISABLE": "1"})
+    assert rc == 0, log[-3000:]
+    assert res["report"]["vdev"]["launch"] >= 2  # counted and swallowed without --strict
+
+
+def test_virtual_device_never_in_the_pytest_process():
+    assert not preload.loaded_here()
+    assert "libcuda.so.1" not in os.environ.get("LD_PRELOAD", "")
