@@ -1,7 +1,8 @@
 """The node's compile daemon: one per (cache dir, host, environment), shared by every rank.
 
 Started detached by the first client (`python -m pcompile.pool.daemon ...`, see launcher.py);
-later clients connect to its Unix socket. It owns N worker subprocesses (worker.py), feeds them
+later clients connect to its Unix socket. It owns N worker processes (worker.py, forked from one
+warm multiprocessing forkserver that imported torch once), feeds them
 from one longest-job-first queue (scheduler.py), fails exactly the job whose worker crashed or
 ran past its deadline and replaces that worker, and exits after `idle_exit` seconds with no
 queued or running job, so it never holds memory for a job that stopped compiling.
@@ -17,17 +18,18 @@ import errno
 import itertools
 import json
 import logging
+import multiprocessing
 import os
+import pickle
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from pcompile.pool import protocol
+from pcompile.pool import protocol, worker
 from pcompile.pool.paths import PoolPaths
 from pcompile.pool.scheduler import LongestFirstQueue
 from pcompile.pool.sizing import pool_size
@@ -101,9 +103,8 @@ class WorkerSlot:
     def __init__(self, daemon: "Daemon", index: int) -> None:
         self.daemon = daemon
         self.index = index
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.rfd = -1
-        self.wfd = -1
+        self.proc: Any = None  # a multiprocessing Process forked by the forkserver
+        self.conn: Any = None  # its end of a duplex multiprocessing Pipe
         self.job: Job | None = None
         self.jobs_done = 0
         self.replaced = 0
@@ -111,69 +112,73 @@ class WorkerSlot:
 
     # -- worker process ------------------------------------------------------------------
     def spawn(self) -> str | None:
-        """Start a worker and wait for its ready frame; returns an error string on failure."""
+        """Fork a worker from the warm forkserver and wait for its ready frame; an error string on failure."""
         self.close_worker()
-        parent_r, child_w = os.pipe()
-        child_r, parent_w = os.pipe()
-        cmd = [self.daemon.python, "-m", "pcompile.pool.worker", "--read-fd", str(child_r), "--write-fd", str(child_w)]
-        if self.daemon.preload:
-            cmd += ["--preload", ",".join(self.daemon.preload)]
-        env = dict(os.environ)
-        env.update({"PCOMPILE_POOL_WORKER": "1", "TORCHINDUCTOR_COMPILE_THREADS": "1", "TORCH_WARM_POOL": "0", "PYTHONUNBUFFERED": "1"})
+        ctx = self.daemon.mp
+        parent, child = ctx.Pipe(duplex=True)
+        proc = ctx.Process(target=worker.serve, args=(child, tuple(self.daemon.preload)), name=f"pcompile-worker-{self.index}", daemon=False)
         try:
-            self.proc = subprocess.Popen(
-                cmd, pass_fds=(child_r, child_w), stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), stderr=sys.stderr.fileno(), env=env
-            )
-        except OSError as exc:
-            for fd in (parent_r, child_w, child_r, parent_w):
-                os.close(fd)
-            return f"cannot start a worker ({exc})"
-        os.close(child_r)
-        os.close(child_w)
-        self.rfd, self.wfd = parent_r, parent_w
+            proc.start()
+        except Exception as exc:
+            parent.close()
+            child.close()
+            return f"cannot start a worker ({type(exc).__name__}: {exc})"
+        child.close()
+        self.proc, self.conn = proc, parent
         try:
-            hello = protocol.read_frame_fd(self.rfd, time.monotonic() + WORKER_START_TIMEOUT)
+            if not parent.poll(WORKER_START_TIMEOUT):
+                raise TimeoutError(f"no ready signal in {WORKER_START_TIMEOUT:g} s")
+            hello = pickle.loads(parent.recv_bytes())
             if hello.get("op") != "ready":
-                raise protocol.ProtocolError(f"unexpected first frame {hello!r:.80}")
-        except (protocol.ProtocolError, protocol.DeadlineExceeded, OSError, EOFError) as exc:
+                raise RuntimeError(f"unexpected first message {hello!r:.80}")
+        except (EOFError, OSError, TimeoutError, RuntimeError, pickle.UnpicklingError) as exc:
             rc = self.kill()
             return f"worker failed to start ({describe_exit(rc)}; {type(exc).__name__}); see {self.daemon.paths.log}"
-        log.info("slot %d: worker %d ready", self.index, self.proc.pid)
+        log.info("slot %d: worker %d ready", self.index, proc.pid)
         return None
 
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.proc is not None and self.proc.is_alive()
 
     def kill(self) -> int | None:
-        if self.proc is None:
+        """SIGKILL the worker (if still running) and return its exit code (negative: signal)."""
+        proc = self.proc
+        if proc is None:
             return None
-        if self.proc.poll() is None:
+        if proc.is_alive():
             try:
-                self.proc.kill()
-            except ProcessLookupError:
+                proc.kill()
+            except (ProcessLookupError, OSError):
                 pass
-        try:
-            rc = self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            rc = None
+        proc.join(10)
+        rc = proc.exitcode
         self.close_worker()
         return rc
 
     def close_worker(self) -> None:
-        for fd in (self.rfd, self.wfd):
-            if fd >= 0:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        self.rfd = self.wfd = -1
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except OSError:
+                pass
+        self.conn = None
+        if self.proc is not None and self.proc.exitcode is not None:
+            try:
+                self.proc.close()
+            except ValueError:
+                pass
+            self.proc = None
 
     def stop(self) -> None:
-        if self.alive():
+        if self.alive() and self.conn is not None:
             try:
-                protocol.write_frame_fd(self.wfd, {"op": "exit"})
-                self.proc.wait(timeout=2)  # type: ignore[union-attr]
-            except (OSError, subprocess.TimeoutExpired):
+                self.conn.send_bytes(pickle.dumps({"op": "exit"}))
+                self.proc.join(2)  # type: ignore[union-attr]
+            except OSError:
                 pass
         self.kill()
 
@@ -208,11 +213,11 @@ class WorkerSlot:
             self.daemon.reply(job, {"ok": False, "kind": "unavailable", "error": error})
 
     def execute(self, job: Job) -> dict[str, Any]:
-        assert self.proc is not None
+        assert self.proc is not None and self.conn is not None
         pid = self.proc.pid
         job.started_at = time.monotonic()
         try:
-            protocol.write_frame_fd(self.wfd, {"op": "run", "payload": job.payload})
+            self.conn.send_bytes(pickle.dumps({"op": "run", "payload": job.payload}, protocol=pickle.HIGHEST_PROTOCOL))
         except OSError:
             # Died while idle: not this job's fault. Start a new worker and try once more.
             rc = self.kill()
@@ -223,13 +228,14 @@ class WorkerSlot:
             if error:
                 return {"ok": False, "kind": "unavailable", "error": error}
             return self.execute(job)
-        deadline = job.started_at + job.timeout
         try:
-            reply = protocol.read_frame_fd(self.rfd, deadline)
+            if not self.conn.poll(job.timeout):
+                raise TimeoutError()
+            reply = pickle.loads(self.conn.recv_bytes())
             self.jobs_done += 1
             reply["worker"] = pid
             return reply
-        except protocol.DeadlineExceeded:
+        except TimeoutError:
             self.kill()
             self.replaced += 1
             return {
@@ -238,7 +244,7 @@ class WorkerSlot:
                 "error": f"{job.label}: timed out after {job.timeout:g} s in pool worker {pid}; the worker was killed and replaced",
                 "worker": pid,
             }
-        except (protocol.ProtocolError, OSError, EOFError):
+        except (EOFError, OSError, pickle.UnpicklingError):
             rc = self.kill()
             self.replaced += 1
             return {
@@ -253,7 +259,7 @@ class WorkerSlot:
         job = self.job
         return {
             "slot": self.index,
-            "pid": self.proc.pid if self.alive() and self.proc else None,
+            "pid": self.pid if self.alive() else None,
             "busy": job is not None,
             "label": job.label if job else None,
             "running_for": round(time.monotonic() - job.started_at, 3) if job and job.started_at else None,
@@ -280,6 +286,9 @@ class Daemon:
         self.job_timeout = job_timeout
         self.preload = preload or []
         self.python = python or sys.executable
+        # Workers fork from one warm process that imported `preload` once (see worker.py).
+        self.mp = multiprocessing.get_context("forkserver")
+        self.mp.set_forkserver_preload(["pcompile.pool.worker", *self.preload])
         self.size_reason = size_reason
         self.queue: LongestFirstQueue[Job] = LongestFirstQueue()
         self.stopping = threading.Event()
@@ -503,6 +512,9 @@ def main(argv: list[str] | None = None) -> int:
 
     paths = PoolPaths.for_cache_dir(args.cache_dir, args.identity)
     paths.ensure()
+    # Inherited by the forkserver and so by every worker: a worker never starts pools of its
+    # own, and a pcompile hook loaded into a worker (PCOMPILE=1) stays out of the way.
+    os.environ.update({"PCOMPILE_POOL_WORKER": "1", "TORCHINDUCTOR_COMPILE_THREADS": "1", "TORCH_WARM_POOL": "0", "PYTHONUNBUFFERED": "1"})
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s daemon[{os.getpid()}] %(levelname)s %(message)s", stream=sys.stderr)
     if args.workers > 0:
         workers, reason = args.workers, "requested"

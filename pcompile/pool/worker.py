@@ -1,16 +1,17 @@
-"""One compile worker: a subprocess that runs pickled jobs one at a time for the daemon.
+"""One compile worker: a process that runs pickled jobs one at a time for the daemon.
 
-Why a plain subprocess per worker (not multiprocessing/ProcessPoolExecutor): a worker that
+Why one process per worker, each watched on its own (not a ProcessPoolExecutor): a worker that
 segfaults or hangs must take down only its own job. ProcessPoolExecutor marks the whole pool
 broken when one worker dies; here the daemon sees EOF on this worker's pipe (or kills it at the
 job's deadline), fails that one job, and starts a replacement.
 
-The protocol runs over two inherited pipe fds, never stdout: compilers print, and stdout is
-redirected to stderr (the daemon's log) so a stray print cannot corrupt a frame.
+Why a forkserver: a worker's cost is importing torch and Triton (seconds of CPU). The daemon's
+multiprocessing forkserver imports them once (`preload`) and forks every worker from that warm
+process, as Inductor's own sidecar does, so N workers cost one import, not N, and a replacement
+for a crashed worker is ready in milliseconds.
 """
 from __future__ import annotations
 
-import argparse
 import ctypes
 import importlib
 import os
@@ -19,12 +20,11 @@ import signal
 import sys
 import time
 import traceback
-
-from pcompile.pool import protocol
+from typing import Any
 
 
 def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL us if the daemon dies, so a busy worker never outlives it."""
+    """Ask Linux to SIGKILL us when our parent (the forkserver) goes, so no worker outlives the pool."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         PR_SET_PDEATHSIG = 1
@@ -33,7 +33,7 @@ def _die_with_parent() -> None:
         pass
 
 
-def run_job(payload: bytes) -> dict:
+def run_job(payload: bytes) -> dict[str, Any]:
     """Unpickle (fn, args, kwargs), run it, and describe the outcome as a reply frame."""
     t0 = time.perf_counter()
     try:
@@ -56,32 +56,27 @@ def run_job(payload: bytes) -> dict:
         }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pcompile.pool.worker")
-    parser.add_argument("--read-fd", type=int, required=True)
-    parser.add_argument("--write-fd", type=int, required=True)
-    parser.add_argument("--preload", default="", help="comma-separated modules to import before signalling ready")
-    args = parser.parse_args(argv)
+def serve(conn: Any, preload: tuple[str, ...] = ()) -> None:
+    """Worker main loop over a multiprocessing Connection: ready, then run jobs until EOF/exit."""
     _die_with_parent()
-    os.dup2(2, 1)  # stray prints go to the log, never into the protocol
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in a terminal is the daemon's business
-    for name in filter(None, args.preload.split(",")):
+    try:
+        os.dup2(2, 1)  # stray prints from compilers land in the daemon log
+    except OSError:
+        pass
+    for name in preload:  # already imported by the forkserver; cheap here
         try:
             importlib.import_module(name)
-        except Exception as exc:  # a job that needs it will fail with the real error
+        except Exception as exc:  # a job that needs it fails with the real error
             print(f"pcompile worker {os.getpid()}: preload {name} failed: {exc}", file=sys.stderr)
-    protocol.write_frame_fd(args.write_fd, {"op": "ready", "pid": os.getpid()})
+    conn.send_bytes(pickle.dumps({"op": "ready", "pid": os.getpid()}))
     while True:
         try:
-            msg = protocol.read_frame_fd(args.read_fd)
-        except protocol.PeerClosed:
-            return 0
+            msg = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            return
         if msg.get("op") == "exit":
-            return 0
+            return
         reply = run_job(msg["payload"])
         reply["op"] = "done"
-        protocol.write_frame_fd(args.write_fd, reply)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        conn.send_bytes(pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
