@@ -266,3 +266,18 @@ def test_daemon_refuses_a_second_instance(pool_env: Path, pools) -> None:
     assert extra.returncode == 0
     assert "another daemon already serves" in extra.stderr
     assert pool.submit(worker_pid).result(timeout=60) != os.getpid()
+
+
+def test_daemon_env_drops_a_warm_child_virtual_device() -> None:
+    from pcompile.pool.launcher import daemon_env
+
+    env = daemon_env(
+        {
+            "LD_PRELOAD": "/opt/libjemalloc.so:/cache/vdev/libcuda.so.1",
+            "TRITON_LIBCUDA_PATH": "/cache/vdev",
+            "PCOMPILE_VDEV_PROFILE": "/tmp/p.txt",
+            "PCOMPILE_WARMING": "1",
+            "PCOMPILE_CACHE_DIR": "/c",
+        }
+    )
+    assert env == {"LD_PRELOAD": "/opt/libjemalloc.so", "PCOMPILE_CACHE_DIR": "/c"}

@@ -19,7 +19,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 from pcompile.pool import protocol
 from pcompile.pool.errors import PoolUnavailable
@@ -104,6 +104,30 @@ def _log_tail(path: Path, lines: int = 3) -> str:
     return " | ".join(line.strip() for line in text[-lines:])
 
 
+def daemon_env(base: Mapping[str, str]) -> dict[str, str]:
+    """The client's environment minus what only its own process should see.
+
+    The daemon outlives its starter and serves every later rank: if `pcompile warm` started it,
+    it must not carry the warm child's virtual CUDA device (an LD_PRELOADed libcuda.so.1 and
+    its PCOMPILE_VDEV_* / TRITON_LIBCUDA_PATH settings) into workers that a real job uses.
+    """
+    env = dict(base)
+    preload = [p for p in env.get("LD_PRELOAD", "").split(":") if p]
+    kept = [p for p in preload if not p.endswith("/libcuda.so.1")]
+    dropped = [p for p in preload if p not in kept]
+    if dropped:
+        if kept:
+            env["LD_PRELOAD"] = ":".join(kept)
+        else:
+            env.pop("LD_PRELOAD", None)
+        if env.get("TRITON_LIBCUDA_PATH") in {str(Path(p).parent) for p in dropped}:
+            env.pop("TRITON_LIBCUDA_PATH")
+    for name in list(env):
+        if name.startswith("PCOMPILE_VDEV_") or name == "PCOMPILE_WARMING":
+            env.pop(name)
+    return env
+
+
 def spawn_daemon(cache_dir: Path, paths: PoolPaths, options: DaemonOptions) -> subprocess.Popen[bytes]:
     """Start the daemon in its own session (a Ctrl-C to the job must not kill the shared pool)."""
     try:
@@ -121,7 +145,7 @@ def spawn_daemon(cache_dir: Path, paths: PoolPaths, options: DaemonOptions) -> s
     ]
     if options.preload:
         cmd += ["--preload", ",".join(options.preload)]
-    env = dict(os.environ)
+    env = daemon_env(os.environ)
     # The daemon must import this very pcompile, wherever the client found it.
     import pcompile
 
