@@ -91,10 +91,10 @@ def base_env(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def case_cmd(model: str, backend: str, opts: Options, result: Path | None) -> list[str]:
+def case_cmd(model: str, backend: str, opts: Options, result: Path | None, device: str | None = None) -> list[str]:
     cmd = [str(CASE), "--model", model, "--backend", backend, "--steps", str(opts.steps), "--amp", opts.amp]
-    if opts.device:
-        cmd += ["--device", opts.device]
+    if device or opts.device:
+        cmd += ["--device", device or opts.device]
     if result is not None:
         cmd += ["--result", str(result)]
     return cmd
@@ -297,6 +297,7 @@ class GpuWatch:
 def run_warm(label: str, argv: list[str], env: dict[str, str], opts: Options) -> dict[str, Any]:
     """Run `pcompile warm ...` (CPU-only work), watching that it never appears on the GPU."""
     log_dir = opts.log_dir or opts.work_dir
+    log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"{label}.log"
     t0 = time.monotonic()
     cpu0 = machine_cpu_s()
