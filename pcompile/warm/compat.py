@@ -34,6 +34,8 @@ PRIVATE_SYMBOLS: list[tuple[str, str]] = [
     ("torch._dynamo.utils", "counters"),
     ("torch.testing._internal.distributed.fake_pg", "FakeStore"),
     ("torch.utils._triton", "triton_hash_with_backend"),
+    ("torch.nn.parallel.distributed", "_verify_param_shape_across_processes"),
+    ("torch.nn.parallel.distributed", "_sync_module_states"),
     ("torch._inductor.config", "fx_graph_cache"),
     ("torch._functorch.config", "enable_autograd_cache"),
     ("torch._functorch._aot_autograd.autograd_cache", "autograd_cache_key"),
@@ -350,6 +352,15 @@ def fake_store() -> Any:
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     return FakeStore()
+
+
+def ddp_skip_value_checks() -> None:
+    """DDP's constructor compares and broadcasts parameter *values* across ranks in C++; on fake
+    parameters there are none. Rank 0 of a fake group has nothing to compare with anyway."""
+    import torch.nn.parallel.distributed as ddp
+
+    ddp._verify_param_shape_across_processes = lambda *a, **k: None
+    ddp._sync_module_states = lambda *a, **k: None
 
 
 def triton_backend_hash() -> str:

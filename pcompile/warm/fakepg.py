@@ -18,7 +18,9 @@ def env_for(world_size: int) -> dict[str, str]:
 def install(world_size: int) -> None:
     import torch.distributed as dist
 
-    from pcompile.warm.compat import fake_store
+    from pcompile.warm.compat import ddp_skip_value_checks, fake_store
+
+    ddp_skip_value_checks()
 
     original = dist.init_process_group
 
@@ -29,3 +31,28 @@ def install(world_size: int) -> None:
         return original("fake", store=fake_store(), world_size=world_size, rank=0, **kwargs)
 
     dist.init_process_group = init_process_group
+    _ddp_noop_allreduce()
+
+
+def _ddp_noop_allreduce() -> None:
+    """The fake group's all-reduce completes with no value, which DDP's C++ reducer rejects.
+    Give every DDP a comm hook that hands the bucket back unchanged (what an all-reduce of
+    identical ranks would return); comm hooks run outside anything Dynamo traces."""
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    original = DDP.__init__
+    if getattr(original, "_pcompile", False):
+        return
+
+    def hook(state, bucket):  # no annotations: DDP checks them, and this module's are strings
+        fut = torch.futures.Future()
+        fut.set_result(bucket.buffer())
+        return fut
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        self.register_comm_hook(None, hook)
+
+    __init__._pcompile = True  # type: ignore[attr-defined]
+    DDP.__init__ = __init__
