@@ -204,3 +204,18 @@ def test_field_names_cannot_break_the_record(cache_env: dict[str, str], monkeypa
     a, b = _lines(log_path())
     assert a["kind"] == "kernel_compile" and a["field_kind"] == "triton" and isinstance(a["ts"], float)
     assert b["dur"] == 0.1 and b["field_dur"] == 99 and b["rank"] == 5
+
+
+def test_shared_worker_records_into_the_requesting_jobs_log(cache_env: dict[str, str],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from pcompile.events import emit, log_path, span
+
+    monkeypatch.setenv("PCOMPILE_JOB_ID", "pool-daemon")
+    emit("gc", time.time(), 0.1)
+    for job in ("job-a", "job-b", "job-a"):
+        with span("kernel_compile", job=job, rank=1, worker=3) as ev:
+            ev.outcome = "compiled"
+    d = log_path().parent
+    assert len(_lines(d / "job-a.jsonl")) == 2 and len(_lines(d / "job-b.jsonl")) == 1
+    assert _lines(d / "job-a.jsonl")[0]["worker"] == 3 and "job" not in _lines(d / "job-a.jsonl")[0]
+    assert [e["kind"] for e in _lines(log_path())] == ["gc"]

@@ -6,6 +6,9 @@ cache lookup per tier, lease waits, warm steps) becomes one JSON line in
 what the cache saved. Recording never raises into the caller and costs well under a
 microsecond per call when disabled (`PCOMPILE_EVENTS=0`).
 
+A shared compile worker serving several jobs passes `job=<requester's job id>` (and `rank=`,
+`worker=`) so its events land in the requester's log.
+
 Kinds in use: dynamo, aot_autograd, inductor_lowering, graph_compile, kernel_compile (key,
 worker), cache_lookup (layer, tier, outcome; `saved_s` on hits = seconds the entry first took
 to compile), lease_wait, warm_step, verify, gc. Outcomes: hit, miss, compiled, error.
@@ -144,8 +147,9 @@ class Span:
                 rec["parent"] = self.parent
             if self.outcome is not None:
                 rec["outcome"] = self.outcome
+            job = self.fields.pop("job", None)
             rec.update(_clean(self.fields))
-            _sink.write(rec)
+            _sink.write(rec, job)
         except Exception:
             pass
         return False
@@ -195,7 +199,8 @@ def emit(kind: str, start: float, dur: float, /, **fields: Any) -> None:
         st = _stack()
         if st and "parent" not in fields:
             rec["parent"] = st[-1]
+        job = fields.pop("job", None)
         rec.update(_clean(fields))
-        _sink.write(rec)
+        _sink.write(rec, job)
     except Exception:
         pass

@@ -19,6 +19,7 @@ ENV_KEEP = "PCOMPILE_EVENTS_KEEP"
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 DEFAULT_KEEP = 50
 MAX_LINE = 8192
+MAX_OTHER_JOBS = 16
 SUFFIX = ".jsonl"
 
 log = logging.getLogger("pcompile.events")
@@ -51,13 +52,19 @@ class Sink:
         self._max_bytes = DEFAULT_MAX_BYTES
         self._full = False
         self._broken = False
+        self._others: dict[tuple, int] = {}
 
     def path(self) -> Path | None:
         return self._path
 
-    def write(self, record: dict) -> None:
+    def write(self, record: dict, job: str | None = None) -> None:
+        """Append one record to this process's job log, or to `job`'s (a shared compile worker
+        recording on behalf of the process that asked it)."""
         try:
             line = _encode(record)
+            if job is not None and job != os.environ.get(_context.ENV_JOB_ID):
+                self._write_other(_context.sanitize(str(job)), line)
+                return
             fd = self._descriptor()
             if fd is None:
                 return
@@ -70,6 +77,24 @@ class Sink:
             os.write(fd, line)
         except Exception as exc:  # recording must never break the caller
             self._disable(exc)
+
+    def _write_other(self, job: str, line: bytes) -> None:
+        key = (os.getpid(), os.environ.get("PCOMPILE_CACHE_DIR"), job)
+        fd = self._others.get(key)
+        if fd is None:
+            with self._lock:
+                if len(self._others) >= MAX_OTHER_JOBS:  # a long-lived worker serves many jobs: keep a few open
+                    old_key = next(iter(self._others))
+                    try:
+                        os.close(self._others.pop(old_key))
+                    except OSError:
+                        pass
+                directory = events_dir()
+                directory.mkdir(parents=True, exist_ok=True)
+                fd = os.open(directory / (job + SUFFIX), os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+                self._others[key] = fd
+        if os.fstat(fd).st_size + len(line) <= _env_int(ENV_MAX_BYTES, DEFAULT_MAX_BYTES):
+            os.write(fd, line)
 
     def _descriptor(self) -> int | None:
         ident = (os.getpid(), os.environ.get("PCOMPILE_CACHE_DIR"), os.environ.get(_context.ENV_JOB_ID),
@@ -107,6 +132,12 @@ class Sink:
 
     def _after_fork(self) -> None:
         self._lock = threading.Lock()
+        for fd in self._others.values():  # the parent's descriptors: close our copies
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._others = {}
 
     def _disable(self, exc: BaseException) -> None:
         if not self._broken:
