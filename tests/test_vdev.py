@@ -131,3 +131,10 @@ def test_cubin_register_count_matches_ptxas(lib, tmp_path):
     assert got["regs"] == regs
     assert got["local"] == 0
     assert got["max_threads"] == 256  # .maxntid wins over the register limit
+
+
+def test_profile_show_cli_prints_the_board():
+    out = subprocess.run([sys.executable, "-m", "pcompile.cli.main", "profile", "--show", "sm_90"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "NVIDIA H100 80GB HBM3" in out.stdout and "SMs 132" in out.stdout and "torch: 2.11.0+cu130" in out.stdout

@@ -81,6 +81,16 @@ def snapshot(root: Path) -> dict[str, set[str]]:
     return out
 
 
+def check_cuda_abi() -> None:
+    """The virtual device answers with CUDA 13 structs; a torch built for another CUDA would misread them."""
+    import torch
+
+    cuda = torch.version.cuda
+    if not cuda or not cuda.startswith("13."):
+        raise PcompileError(f"pcompile warm needs a CUDA 13 build of torch (the virtual device speaks the CUDA 13 ABI); "
+                            f"this torch {torch.__version__} is built for CUDA {cuda}. Install the GPU host's torch wheel here")
+
+
 def version_warnings(profile: DeviceProfile) -> list[str]:
     """Software the profile was captured with that differs here: the GPU job's keys would differ."""
     import torch
@@ -135,6 +145,7 @@ def run_warm(opts: WarmOptions) -> WarmResult:
         raise PcompileError("--steps must be at least 1")
     settings = Settings.from_env(cache_dir=opts.cache_dir, shared_dir=opts.shared_dir)
     profile = resolve(opts.target)
+    check_cuda_abi()
     warnings = version_warnings(profile)
     lib = build.library()
     inductor, _ = inductor_dirs(settings)
