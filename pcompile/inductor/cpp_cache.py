@@ -5,7 +5,8 @@ builder's target (`<inductor cache>/<xx>/<key>.main.so` and the like) is named b
 content key, which already covers the source and the full compile command line. The wrapper:
 an existing target is left to Inductor (its local cache); otherwise the store's copy is
 written into place atomically, or, on a miss, Inductor builds it under this process's lease
-and the library is published. A hit skips intermediate object files entirely.
+and the library is published. A hit skips intermediate object files entirely. Only libraries are stored (not precompiled
+headers or objects).
 """
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from pcompile.inductor.compat import cpp_compile as compat
 from pcompile.inductor.layer_keys import store_key
 
 BLOB = "lib"
+#: Only linked libraries go to the store. Precompiled headers (.h.gch, tens of MB, valid only for
+#: the exact compiler and header path) and object files stay in Inductor's local directories.
+LIBRARY_SUFFIXES = (".so", ".dylib", ".dll", ".pyd")
 _DISABLE_ENV = "PCOMPILE_DISABLE"
 
 
@@ -68,6 +72,8 @@ def make_wrapper(original: Callable[[str, Sequence[Any]], None]) -> Callable[[st
         except Exception:
             return original(lock_path, cpp_builders)
         ikey = _inductor_key(target)
+        if not target.endswith(LIBRARY_SUFFIXES):
+            return original(lock_path, cpp_builders)
         if os.path.exists(target):  # Inductor's local cache has it (made before pcompile, or by it)
             result = original(lock_path, cpp_builders)  # under Inductor's lock: waits out a build in progress
             _backfill(ikey, target)

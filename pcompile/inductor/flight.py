@@ -41,6 +41,7 @@ class _Held:
     kind: str
     thread: int
     since: float
+    nested: float = 0.0  # compile seconds of entries published inside this one (same thread)
 
 
 _lock = threading.Lock()
@@ -212,7 +213,9 @@ def publish(kind: str, inductor_key: str, blobs: dict[str, bytes], meta: dict[st
     """Store an artifact under Inductor's key and release its lease. Never raises.
 
     `compiled=False` for artifacts this process did not build (a backfill from Inductor's local
-    cache), so `pcompile stats` counts compiles honestly.
+    cache), so `pcompile stats` counts compiles honestly. The entry's compile time is the time its
+    lease was held, minus entries published inside it; `compile_seconds` is the fallback when this
+    process compiled without a lease.
     """
     st = store()
     try:
@@ -221,15 +224,22 @@ def publish(kind: str, inductor_key: str, blobs: dict[str, bytes], meta: dict[st
         warn_once(f"key:{kind}", f"pcompile: cannot compute {kind} keys ({exc}); that layer runs uncached")
         return False
     name = str(key)
+    me = threading.get_ident()
     with _lock:
         held = _held.get(name)
-    seconds = compile_seconds
-    if seconds is None:
-        seconds = (time.monotonic() - held.since) if held is not None else 0.0
+        # Self time: the lease's span minus what was published inside it (an AOTAutograd entry
+        # contains its graphs' compiles), so hits do not count the same seconds twice.
+        if held is not None:
+            seconds = max(0.0, time.monotonic() - held.since - held.nested)
+        else:
+            seconds = max(0.0, float(compile_seconds or 0.0))
+        for other_name, other in _held.items():
+            if other_name != name and other.thread == me:
+                other.nested += seconds
     try:
         if st is None:
             return False
-        entry = Entry(key=key, blobs=blobs, inputs=inputs, meta=dict(meta or {}), compile_seconds=max(0.0, float(seconds)))
+        entry = Entry(key=key, blobs=blobs, inputs=inputs, meta=dict(meta or {}), compile_seconds=seconds)
         ok = bool(st.put(entry, compiled=compiled))
         _note("published")
         if compiled and kind in ("cpp", "triton") and entry.compile_seconds:

@@ -1,0 +1,109 @@
+"""Unchanged scripts go through pcompile (PCOMPILE=1, pcompile.install()); unknown versions fall back.
+
+- PCOMPILE=1: torch calls pcompile's `torch.backends` entry point at the end of `import torch`;
+  an unchanged `torch.compile(m)` script then compiles through pcompile (entries in the store,
+  hooks on), with numbers equal to stock.
+- pcompile.install(): the same from inside the script.
+- A torch version outside the gate (PCOMPILE_PRETEND_TORCH_VERSION) runs stock Inductor, with
+  exactly one warning however many graphs compile, and nothing written to the store.
+"""
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+
+from pcompile.inductor import _testing as t
+
+pytestmark = pytest.mark.slow
+
+
+def _entry_point_dir(root: Path) -> Path:
+    """A minimal installed distribution declaring pcompile's `torch.backends` entry point, for
+    when the package metadata in this checkout predates it (the real one lives in pyproject)."""
+    info = root / "pcompile_autoload_probe-0.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: pcompile-autoload-probe\nVersion: 0.0\n")
+    (info / "entry_points.txt").write_text("[torch.backends]\npcompile = pcompile.inductor.autoload:autoload\n")
+    return root
+
+
+def _has_real_entry_point() -> bool:
+    return any(ep.value == "pcompile.inductor.autoload:autoload" for ep in entry_points(group="torch.backends"))
+
+
+ROUTE_SCRIPT = r'''
+import json, sys
+import torch
+if sys.argv[1] == "install":
+    import pcompile
+    pcompile.install()
+from pcompile.inductor.compat import compile_wrapper
+routed_before_compile = compile_wrapper.routed()
+x = torch.randn(16)
+y = torch.compile(lambda v: (v * 3).tanh() + 1)(x)
+from pcompile.inductor import flight, hooks
+print("PCOMPILE_RESULT " + json.dumps({"routed": routed_before_compile, "active": hooks.state.active,
+      "ok": torch.allclose(y, (x * 3).tanh() + 1, atol=1e-6), "held": flight.held_keys()}))
+'''
+
+
+def _route(tmp_path: Path, how: str, **extra: str) -> tuple[dict, set[str]]:
+    script = t.write_script(tmp_path / "app", "route.py", ROUTE_SCRIPT)
+    env = t.clean_env(PCOMPILE_CACHE_DIR=str(tmp_path / "pc"), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "ind"), **extra)
+    if extra.get("PCOMPILE") and not _has_real_entry_point():
+        env["PYTHONPATH"] = str(_entry_point_dir(tmp_path / "ep")) + ":" + env["PYTHONPATH"]
+    result, _ = t.run(script, how, env)
+    store = tmp_path / "pc" / "store"
+    return result, t.manifest_keys(store) if store.exists() else set()
+
+
+def test_pcompile_env_routes_an_unchanged_script(tmp_path: Path) -> None:
+    result, keys = _route(tmp_path / "on", "-", PCOMPILE="1")
+    assert result == {"routed": True, "active": True, "ok": True, "held": []}, "routed at `import torch`, before any compile"
+    assert {k.split("-")[0] for k in keys} >= {"graph", "kernel"}
+    result, keys = _route(tmp_path / "off", "-")
+    assert result == {"routed": False, "active": False, "ok": True, "held": []} and not keys
+
+
+def test_installed_package_declares_the_autoload_entry_point() -> None:
+    if not _has_real_entry_point():
+        pytest.skip("pyproject.toml lacks [project.entry-points.\"torch.backends\"] pcompile = "
+                    "\"pcompile.inductor.autoload:autoload\" (then reinstall); PCOMPILE=1 needs it")
+
+
+def test_install_routes_torch_compile(tmp_path: Path) -> None:
+    result, keys = _route(tmp_path, "install")
+    assert result == {"routed": True, "active": True, "ok": True, "held": []}
+    assert {k.split("-")[0] for k in keys} >= {"graph", "kernel"}
+
+
+FALLBACK_SCRIPT = r'''
+import json, sys, warnings
+import torch
+import pcompile
+warnings.simplefilter("always")  # count every warning raised, not just the first per location
+pcompile.install()
+torch.manual_seed(0)
+m = torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.ReLU())
+x = torch.randn(3, 6)
+a = torch.compile(m, backend="pcompile")(x)
+b = torch.compile(lambda v: (v * 2).sin())(x)
+c = torch.compile(lambda v: v.cos() + 1, backend="pcompile", mode="max-autotune-no-cudagraphs")(x)
+ref = (m(x), (x * 2).sin(), x.cos() + 1)
+ok = all(torch.allclose(p, q, atol=1e-5) for p, q in zip((a, b, c), ref))
+from pcompile.inductor import hooks
+print("PCOMPILE_RESULT " + json.dumps({"ok": ok, "active": hooks.state.active}))
+'''
+
+
+def test_unknown_torch_version_falls_back_with_one_warning(tmp_path: Path) -> None:
+    script = t.write_script(tmp_path / "app", "fallback.py", FALLBACK_SCRIPT)
+    env = t.clean_env(PCOMPILE_PRETEND_TORCH_VERSION="2.99.0", PCOMPILE_CACHE_DIR=str(tmp_path / "pc"),
+                      TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "ind"))
+    result, stderr = t.run(script, "-", env)
+    assert result == {"ok": True, "active": False}
+    assert stderr.count("PcompileFallbackWarning") == 1, stderr[-3000:]
+    assert "torch 2.99.0" in stderr
+    assert not t.manifest_keys(tmp_path / "pc" / "store") if (tmp_path / "pc" / "store").exists() else True

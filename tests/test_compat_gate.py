@@ -1,0 +1,37 @@
+"""The version gate and the compat registry: known versions pass, unknown ones are refused once."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from pcompile.inductor import compat, gate
+
+
+def test_every_compat_module_works_on_this_torch() -> None:
+    assert compat.problems() == {}
+
+
+def test_installed_versions_are_inside_the_gate(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(gate.ENV_PRETEND_TORCH, raising=False)
+    monkeypatch.delenv(gate.ENV_PRETEND_TRITON, raising=False)
+    assert gate.unsupported_reason() is None
+
+
+@pytest.mark.parametrize("torch_v,triton_v,ok", [
+    ("2.11.0+cu130", "3.6.0", True), ("2.14.1", "3.9.1", True), ("2.10.0", "3.6.0", False),
+    ("2.15.0a0", "3.8.0", False), ("2.12.0", "3.5.0", False), ("2.12.0", "3.10.0", False), ("garbage", "3.6.0", False),
+])
+def test_gate_ranges(monkeypatch: pytest.MonkeyPatch, torch_v: str, triton_v: str, ok: bool) -> None:
+    monkeypatch.setenv(gate.ENV_PRETEND_TORCH, torch_v)
+    monkeypatch.setenv(gate.ENV_PRETEND_TRITON, triton_v)
+    assert (gate.unsupported_reason() is None) is ok
+
+
+def test_refusal_warns_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(gate.ENV_PRETEND_TORCH, "3.0.0")
+    monkeypatch.setattr(gate, "_warned", set())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert not gate.supported() and not gate.supported() and not gate.supported()
+    assert len([w for w in caught if issubclass(w.category, gate.PcompileFallbackWarning)]) == 1
