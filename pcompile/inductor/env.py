@@ -2,7 +2,8 @@
 
 These are environment variables (not just in-process config) because Inductor's compile
 workers are separate processes that inherit the environment when the pool starts:
-- TORCHINDUCTOR_CACHE_DIR = <pcompile cache dir>/inductor, unless the user set it;
+- TORCHINDUCTOR_CACHE_DIR = <pcompile cache dir>/inductor, unless the user set it (torch's own
+  default, which torch writes into the environment on import, does not count as set);
 - TRITON_CACHE_DIR = <TORCHINDUCTOR_CACHE_DIR>/triton, unless the user set it (Inductor would
   otherwise pick <inductor dir>/triton/<device index>, one copy per GPU of identical files);
 - TRITON_CACHE_MANAGER = pcompile's store-backed manager, unless the user set their own (then
@@ -25,12 +26,29 @@ def inductor_dir(settings: Settings | None = None) -> str:
     return str(settings.cache_dir / "inductor")
 
 
+def _set_by_torch(value: str) -> bool:
+    """True if `value` is torch's own default (torch writes it into the environment on import)."""
+    from pcompile.inductor.compat import cache_dir
+
+    default = cache_dir.torch_default_dir()
+    return default is not None and os.path.abspath(value) == default
+
+
 def set_cache_dirs(settings: Settings | None = None) -> dict[str, str]:
-    """Set the cache-dir variables the user left unset; returns what was set."""
+    """Set the cache-dir variables the user left unset; returns what was set.
+
+    A TORCHINDUCTOR_CACHE_DIR equal to torch's default counts as unset: `import torch._dynamo`
+    writes the default there before any backend runs. A TRITON_CACHE_DIR inside the directory
+    being replaced moves with it.
+    """
     changed: dict[str, str] = {}
-    if not os.environ.get(ENV_INDUCTOR_DIR):
+    previous = os.environ.get(ENV_INDUCTOR_DIR)
+    if not previous or _set_by_torch(previous):
         os.environ[ENV_INDUCTOR_DIR] = changed[ENV_INDUCTOR_DIR] = inductor_dir(settings)
-    if not os.environ.get(ENV_TRITON_DIR):
+    triton_dir = os.environ.get(ENV_TRITON_DIR)
+    moved_with_inductor = bool(triton_dir and previous and changed and
+                               os.path.abspath(triton_dir).startswith(os.path.abspath(previous) + os.sep))
+    if not triton_dir or moved_with_inductor:
         os.environ[ENV_TRITON_DIR] = changed[ENV_TRITON_DIR] = os.path.join(os.environ[ENV_INDUCTOR_DIR], "triton")
     return changed
 

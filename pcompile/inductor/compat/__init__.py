@@ -18,6 +18,7 @@ MODULES: tuple[str, ...] = (
     "compile_wrapper",
     "lazy_backward",
     "cpu_isa",
+    "cache_dir",
 )
 
 
