@@ -322,9 +322,11 @@ class RemoteTier(Tier):
             self.stats.tier(self.name, **delta)
 
     def _warn(self, message: str) -> None:
-        if not self._warned:
+        with self._counters_lock:  # reader and writer threads may fail at the same moment
+            if self._warned:
+                return
             self._warned = True
-            log.warning("%s", message)
+        log.warning("%s", message)
 
     # -- the guarded round trip -------------------------------------------------------------
     def _warn_if_peer_opened(self) -> None:
