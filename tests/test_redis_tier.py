@@ -2,9 +2,7 @@
 the server dying or hanging mid-run, node-level single-flight, read-only consumers."""
 from __future__ import annotations
 
-import json
 import os
-import signal
 import time
 from pathlib import Path
 
@@ -12,7 +10,6 @@ import pytest
 
 from conftest_remote import (  # noqa: F401  (fixtures)
     RedisServer,
-    clean_env,
     job_env,
     load_entry,
     make_entry,

@@ -17,7 +17,6 @@ from conftest_remote import (  # noqa: F401  (fixtures)
     redis_server,
     remote_of,
     run_worker,
-    warnings_in,
 )
 from pcompile.store.background import BackgroundWriter, DeadlineExceeded, DeadlineRunner
 from pcompile.store.stats import collect

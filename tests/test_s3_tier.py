@@ -10,7 +10,6 @@ import pytest
 from conftest_remote import (  # noqa: F401  (fixtures)
     MotoServer,
     job_env,
-    load_entry,
     make_entry,
     moto_server,
     open_store,
