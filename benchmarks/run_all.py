@@ -49,7 +49,8 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     store = args.out / "results.json"
     data = json.loads(store.read_text()) if store.exists() else {"runs": [], "rows": []}
-    skip = {(r["scenario"], r["model"]) for r in data["rows"] if not r.get("skipped")} if args.resume else set()
+    skip = ({(r["scenario"], r["model"]) for r in data["rows"] if not r.get("skipped") and not scenarios._any_error(r)}
+            if args.resume else set())  # rows with a failed or cut-off case are measured again
     data["runs"].append(_meta(args, opts))
     H._say(f"work dir {opts.work_dir}; budget {args.budget_s:.0f} s; out {args.out}")
 

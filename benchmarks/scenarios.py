@@ -432,7 +432,9 @@ def run_scenarios(names: list[str], opts: Options, on_row: Callable[[dict], None
         for s, m in pairs:
             if (s, m) in skip:
                 continue
-            if opts.time_left() < min_left_s:
+            known = plans[m].memo.get("stock-cold")
+            need = max(min_left_s, 1.1 * float(known.get("process_wall_s") or 0)) if isinstance(known, dict) else min_left_s
+            if opts.time_left() < need:  # not even one more case of this model would fit
                 rows.append({"scenario": s, "model": m, "skipped": "time budget spent"})
                 H._say(f"== {s} / {m}: skipped, time budget spent")
                 continue
