@@ -141,6 +141,12 @@ def test_kernels_compile_for_sm90_in_the_node_pool_and_land_in_the_store(env: di
     check = second
     for key, ok, arch in check["found"]:
         assert key.startswith("kernel-") and ok and arch == "sm_90"
+    # A rank with another Triton cache-invalidating knob gets its own key, and the shared
+    # daemon (started without the knob) compiles under the caller's setting: the worker's
+    # report matches the caller's key, so nothing falls back and nothing is reused wrongly.
+    third = run(COMPILE_ALL, dict(env, TRITON_DEFAULT_FP_FUSION="0"))
+    assert third["counts"].get("compiled") == n and not third["counts"].get("fallback"), third["counts"]
+    assert third["daemon"] == first["daemon"]
 
 
 def test_inductor_triton_call_uses_the_pool(env: dict[str, str]) -> None:

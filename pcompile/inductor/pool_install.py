@@ -20,6 +20,7 @@ compile plus one warning; store trouble means compile without caching plus one w
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import pickle
@@ -156,6 +157,7 @@ class KernelRouter:
             "artifact": ARTIFACT,
             "extra_config": canonical_json(job.extra_config).decode(),
             "libdevice": _file_digest(libdevice) if libdevice else "bundled",
+            "triton_env": json.dumps(self.hook.triton_env(), sort_keys=True),
         }
         fp = fingerprint(Target(arch, ""), extra=extra, ptxas=True)
         key, inputs = make_key("kernel", job.source, fp)
@@ -203,7 +205,7 @@ class KernelRouter:
             return self._fallback(job)  # a custom libdevice path exists only on this host
         future = self.jobs.submit_job(
             self.hook.run_triton_job,
-            (job.kernel_name, job.source, env, job.extra_config),
+            (job.kernel_name, job.source, env, job.extra_config, json.loads(fp["x.triton_env"]) if fp else self.hook.triton_env()),
             weight=float(len(job.source)),
             timeout=self.timeout,
             label=job.kernel_name,
@@ -225,7 +227,8 @@ class KernelRouter:
 
     @staticmethod
     def _same_build(software: dict[str, str], fp: dict[str, str]) -> bool:
-        return all(software.get(name) == fp.get(name) for name in ("torch", "triton", "ptxas", "python"))
+        same = all(software.get(name) == fp.get(name) for name in ("torch", "triton", "ptxas", "python"))
+        return same and software.get("triton_env") == fp.get("x.triton_env")
 
     def _count(self, outcome: str) -> None:
         with self._counts_lock:

@@ -195,11 +195,39 @@ class TritonResult:
     where: str
 
 
+def triton_env() -> dict[str, str]:
+    """The environment variables Triton itself puts in its cache key (TRITON_DEFAULT_FP_FUSION, ...),
+    as Triton normalises them. Part of the kernel key, and applied in the worker for each job:
+    the daemon's environment is that of whichever rank started it."""
+    try:
+        from triton._C.libtriton import get_cache_invalidating_env_vars
+    except ImportError:
+        return {"unknown": "triton._C.libtriton.get_cache_invalidating_env_vars moved"}
+    return {str(k): str(v) for k, v in get_cache_invalidating_env_vars().items()}
+
+
+def _apply_triton_env(wanted: dict[str, str] | None) -> None:
+    if wanted is None:
+        return
+    for name in triton_env():
+        if name not in wanted:
+            os.environ.pop(name, None)
+    os.environ.update(wanted)
+
+
 def software() -> dict[str, str]:
     """The build-relevant versions of this process, compared by the parent before it publishes."""
+    import json
+
     from pcompile.keys import versions
 
-    return {"torch": versions.torch_build(), "triton": versions.triton_build(), "ptxas": versions.ptxas_version(), "python": versions.python_version()}
+    return {
+        "torch": versions.torch_build(),
+        "triton": versions.triton_build(),
+        "ptxas": versions.ptxas_version(),
+        "python": versions.python_version(),
+        "triton_env": json.dumps(triton_env(), sort_keys=True),
+    }
 
 
 _driver_patch_lock = threading.Lock()
@@ -240,13 +268,21 @@ def own_cache_env() -> dict[str, str | None]:
     return {"TORCHINDUCTOR_CACHE_DIR": os.path.join(root, "inductor"), "TRITON_CACHE_DIR": os.path.join(root, "triton")}
 
 
-def run_triton_job(kernel_name: str, source: str, extra_env: dict[str, str | None] | None, extra_config: dict[str, Any]) -> TritonResult:
+def run_triton_job(
+    kernel_name: str,
+    source: str,
+    extra_env: dict[str, str | None] | None,
+    extra_config: dict[str, Any],
+    triton_env_wanted: dict[str, str] | None = None,
+) -> TritonResult:
     """Worker side (node pool worker or Ray actor): the stock `_worker_compile_triton`.
 
-    `extra_env=None` means "use this worker's own cache dirs" (remote hosts).
+    `extra_env=None` means "use this worker's own cache dirs" (remote hosts);
+    `triton_env_wanted` is the parent's `triton_env()`, applied before compiling.
     """
     _, codecache, compile_tasks, _ = _modules()
     compile_tasks._set_triton_ptxas_path()
+    _apply_triton_env(triton_env_wanted)
     env = own_cache_env() if extra_env is None else dict(extra_env)
     if "TRITON_LIBDEVICE_PATH" in env and env["TRITON_LIBDEVICE_PATH"] is None:
         env.pop("TRITON_LIBDEVICE_PATH")  # 2.11's os.environ.update() cannot take None
