@@ -112,6 +112,8 @@ def run_together(launches: list[Launch], opts: Options) -> list[dict[str, Any]]:
     """Start all launches at once; wait for each (rusage via wait4); merge each child's result JSON."""
     log_dir = opts.log_dir or opts.work_dir
     log_dir.mkdir(parents=True, exist_ok=True)
+    if opts.time_left() < 15:  # starting now could only end in a kill
+        return [{"label": ln.label, "error": "skipped: time budget spent"} for ln in launches]
     timeout = opts.case_timeout()
     cpu0 = machine_cpu_s()
     t0 = time.monotonic()

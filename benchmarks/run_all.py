@@ -70,10 +70,11 @@ def main() -> int:
         _write(data, args.out)
         if not args.keep:
             shutil.rmtree(opts.work_dir, ignore_errors=True)
-    left = [f"{r['scenario']}/{r['model']}" for r in data["rows"] if r.get("skipped")]
+    left = [f"{r['scenario']}/{r['model']}" for r in data["rows"] if r.get("skipped") or scenarios._any_error(r)]
     H._say(f"wrote {store}, {args.out / 'results.md'}, {args.out / 'plot.png'}")
     if left:
-        H._say(f"not measured (budget): {', '.join(left)}; rerun the same command with --resume to continue")
+        H._say(f"not fully measured (budget, or a failed case): {', '.join(left)}; "
+               "rerun the same command with --resume to measure these again")
     return 0
 
 
