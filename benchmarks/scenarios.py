@@ -499,6 +499,7 @@ def main_for(scn: str, doc: str) -> int:
 def _any_error(row: dict) -> bool:
     for c in row.get("cases", {}).values():
         for sub in c.get("ranks", [c]):
-            if sub.get("error") and not str(sub["error"]).startswith("skipped"):
+            err = str(sub.get("error") or "")
+            if err and (not err.startswith("skipped") or "budget" in err):  # other skips are permanent
                 return True
     return False
