@@ -27,7 +27,6 @@ _TEMPLATE = Path(__file__).with_name("report.html")
 
 def render(a: Analysis) -> str:
     e = html.escape
-    s = a.summary()
     when = _dt.datetime.fromtimestamp(a.t0).strftime("%Y-%m-%d %H:%M:%S") if a.events else "-"
     parts = [f"<h1>pcompile report · job {e(a.job)}</h1>",
              f"<div class='sub'>started {e(when)} · {len(a.events)} events from {e(a.path)}"
