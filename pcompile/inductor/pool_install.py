@@ -25,6 +25,7 @@ import logging
 import os
 import pickle
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
@@ -169,18 +170,29 @@ class KernelRouter:
 
     def resolve(self, job: Any) -> tuple[Any, int]:
         """(CachingAutotuner, elapsed_us) for `job`, from the store or freshly compiled."""
+        t0 = time.time()
+        outcome = "error"
+        built: dict[str, Any] = {}
+        try:
+            value, outcome = self._resolve(job, built)
+            return value
+        finally:
+            _emit_kernel_event(job, t0, outcome, self.kind, built)
+
+    def _resolve(self, job: Any, built: dict[str, Any]) -> tuple[tuple[Any, int], str]:
         try:
             key, inputs, fp = self.key_for(job)
             store = self.store
         except Exception as exc:
             warn_once("store-open", f"pcompile: kernel cache unavailable ({type(exc).__name__}: {exc}); compiling without it")
             self._count("uncached")
-            return pickle.loads(self.compile(job, None).data)
+            return pickle.loads(self.compile(job, None).data), "compiled"
 
         def compute() -> Any:
             from pcompile.store.entry import Entry
 
             result = self.compile(job, fp)
+            built.update(key=str(key), worker=result.where, worker_s=round(result.seconds, 6))
             meta = {"kernel": job.kernel_name, "built_by": result.where, "pool": self.kind, "worker_seconds": round(result.seconds, 6)}
             return Entry(key, {BLOB: result.data}, inputs, meta=meta, compile_seconds=result.seconds)
 
@@ -189,14 +201,18 @@ class KernelRouter:
         except (PoolError, OSError) as exc:
             warn_once("store-compute", f"pcompile: kernel cache failed ({type(exc).__name__}: {exc}); compiling without it")
             self._count("uncached")
-            return pickle.loads(self.compile(job, None).data)
+            return pickle.loads(self.compile(job, None).data), "compiled"
         self._count(outcome)
+        built.setdefault("key", str(key))
+        if outcome != "compiled":
+            built["saved_s"] = round(entry.compile_seconds, 6)
+            built["waited"] = outcome == "waited"
         try:
-            return pickle.loads(entry.blobs[BLOB])
+            return pickle.loads(entry.blobs[BLOB]), ("compiled" if outcome == "compiled" else "hit")
         except Exception as exc:  # e.g. an entry from an incompatible build that slipped through
             warn_once("unpickle", f"pcompile: cached kernel {key} does not load here ({type(exc).__name__}: {exc}); recompiling in-process")
             self._count("fallback")
-            return pickle.loads(self.hook.compile_in_process(job).data)
+            return pickle.loads(self.hook.compile_in_process(job).data), "compiled"
 
     def compile(self, job: Any, fp: dict[str, str] | None) -> Any:
         """A TritonResult from the pool, or from this process if the pool cannot deliver."""
@@ -237,6 +253,16 @@ class KernelRouter:
     def shutdown(self) -> None:
         self._waiters.shutdown(wait=False)
         self.jobs.shutdown(wait=False)
+
+
+def _emit_kernel_event(job: Any, start: float, outcome: str, pool: str, built: dict[str, Any]) -> None:
+    """One `kernel_compile` event per Triton job for `pcompile report` (never raises)."""
+    try:
+        from pcompile.events import emit
+
+        emit("kernel_compile", start, time.time() - start, kernel=job.kernel_name, artifact="triton", pool=pool, outcome=outcome, **built)
+    except Exception:
+        pass
 
 
 def _local_threads() -> int:
