@@ -18,3 +18,7 @@ class StoreWriteError(PcompileError):
 
 class CorruptEntryError(PcompileError):
     """An entry whose manifest or blobs fail verification; it is quarantined and treated as a miss."""
+
+    #: False for refusals that say more about the reader than the entry (a wrong verify key):
+    #: the entry is skipped, not moved aside, so a misconfigured reader cannot wipe a shared cache.
+    quarantine = True

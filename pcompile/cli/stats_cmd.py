@@ -8,6 +8,8 @@ from pcompile.cli.common import add_common, emit, open_store
 from pcompile.keys.key import LAYERS
 from pcompile.store.stats import collect
 
+_REMOTE_COUNTERS = ("fetches", "dropped_writes", "skipped", "timeouts", "untrusted", "errors")
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("stats", help="entries, bytes, hits and misses per layer and tier, time spent and saved")
@@ -37,6 +39,7 @@ def gather(args: argparse.Namespace) -> dict[str, Any]:
         "compile_seconds": round(counters["compile_seconds"], 3),
         "saved_seconds": round(counters["saved_seconds"], 3),
         "quarantined": counters["quarantined"],
+        "untrusted": counters.get("untrusted", 0),
         "write_errors": counters["write_errors"],
         "lease_waits": counters["lease_waits"],
         "layers": layers,
@@ -68,7 +71,10 @@ def run(args: argparse.Namespace) -> int:
     lines.append("tier            entries   bytes       hits   misses  mean read")
     for name, t in data["tiers"].items():
         lines.append(f"  {name:<13} {t['entries']:>7}   {_human(t['bytes']):<10} {t['hits']:>5} {t['misses']:>8}  {t['mean_read_ms']:.2f} ms")
-    if data["quarantined"] or data["write_errors"]:
-        lines.append(f"problems        {data['quarantined']} quarantined, {data['write_errors']} failed writes")
+        extra = [f"{t[c]} {c.replace('_', ' ')}" for c in _REMOTE_COUNTERS if t.get(c)]
+        if extra:
+            lines.append(f"  {'':<13} " + ", ".join(extra))
+    if data["quarantined"] or data["write_errors"] or data["untrusted"]:
+        lines.append(f"problems        {data['quarantined']} quarantined, {data['untrusted']} untrusted, {data['write_errors']} failed writes")
     emit(args, data, "\n".join(lines))
     return 0

@@ -30,7 +30,7 @@ def report_once(tier: str, key: str, message: str) -> None:
         if (tier, key) in _reported:
             return
         _reported.add((tier, key))
-    log.warning("%s tier: %s; quarantined, will recompile", tier, message)
+    log.warning("%s tier: %s; not loaded, will recompile", tier, message)
 
 
 class Tier(abc.ABC):
@@ -103,7 +103,10 @@ class Tier(abc.ABC):
                 verify_blob(manifest, name, data)
                 blobs[name] = data  # type: ignore[assignment]
         except CorruptEntryError as exc:
-            self._quarantine(key, str(exc), bad_blob)
+            if exc.quarantine:
+                self._quarantine(key, str(exc), bad_blob)
+            else:
+                report_once(self.name, str(key), f"{exc} (left in place)")
             return None
         self.touch(key)
         return manifest.to_entry(blobs)

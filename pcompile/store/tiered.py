@@ -81,9 +81,10 @@ class Store:
         return store
 
     def writable_tiers(self) -> list[Tier]:
+        """Read-only consumers, and verify-only holders of a public key, write node-local only."""
         if self.settings.read_only:
             return [self.local]
-        return self.tiers
+        return [t for t in self.tiers if t is self.local or t.trust is None or t.signer is not None]
 
     # -- reads ---------------------------------------------------------------------------
     def get(self, key: Key, *, record: bool = True) -> Entry | None:
@@ -112,7 +113,7 @@ class Store:
 
     def _backfill(self, entry: Entry, tiers: list[Tier]) -> None:
         for tier in tiers:
-            if tier is not self.local and self.settings.read_only:
+            if tier not in self.writable_tiers():
                 continue
             try:
                 tier.put(entry)
