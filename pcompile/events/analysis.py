@@ -262,7 +262,7 @@ def _processes(evs: list[dict]) -> list[dict]:
 
 
 def _row(e: dict) -> dict:
-    return {"kind": e["kind"], "key": e.get("key") or e.get("name") or "", "process": process_label(e),
+    return {"kind": e["kind"], "key": e.get("key") or e.get("kernel") or e.get("name") or "", "process": process_label(e),
             "worker": e.get("worker"), "outcome": e.get("outcome"), "dur": e["dur"], "start": e["start"],
             "critical": bool(e.get("critical"))}
 

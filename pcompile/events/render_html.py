@@ -126,7 +126,7 @@ def _bar(ev: dict, y: float, scale: float, critical: bool) -> str:
     x = LABEL_W + ev["start"] * scale
     w = max(ev["dur"] * scale, 0.8)
     tip = [ev["kind"]]
-    for k in ("key", "layer", "tier", "worker", "outcome"):
+    for k in ("key", "kernel", "layer", "tier", "worker", "artifact", "outcome"):
         if ev.get(k) is not None:
             tip.append(f"{k}={ev[k]}")
     tip.append(f"{ev['dur'] * 1000:.1f} ms at +{ev['start']:.3f} s")
