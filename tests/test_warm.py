@@ -23,6 +23,9 @@ from pcompile.vdev import preload
 ROOT = Path(__file__).resolve().parent.parent
 GPT = ROOT / "examples" / "warm_small_gpt.py"
 GPT_ARGS = ["--layers", "2", "--dim", "64", "--ctx", "32", "--vocab", "128", "--batch", "2"]
+# Stock Inductor caches (pcompile's own backend off): the path measured on the H100, and
+# independent of the pool daemon; tests/test_warm_dist.py runs with pcompile installed.
+STOCK = {"PCOMPILE_DISABLE": "1"}
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the virtual device is Linux-only")
 
@@ -42,7 +45,7 @@ def warm(script: Path, cache: Path, *extra: str, script_args: list[str] | None =
 @pytest.fixture(scope="module")
 def cold(tmp_path_factory):
     cache = tmp_path_factory.mktemp("cache")
-    rc, res, log = warm(GPT, cache, script_args=GPT_ARGS)
+    rc, res, log = warm(GPT, cache, script_args=GPT_ARGS, env=STOCK)
     assert rc == 0, log[-4000:]
     return cache, res, log
 
@@ -70,7 +73,7 @@ def test_second_warm_from_another_directory_hits_everything(cold, tmp_path):
     other = tmp_path / "elsewhere" / "job"
     other.mkdir(parents=True)
     shutil.copy(GPT, other / "train.py")
-    rc, res, log = warm(other / "train.py", cache, script_args=GPT_ARGS, cwd=other)
+    rc, res, log = warm(other / "train.py", cache, script_args=GPT_ARGS, cwd=other, env=STOCK)
     assert rc == 0, log[-4000:]
     c = res["report"]["counters"]
     assert c["inductor"].get("fxgraph_cache_miss", 0) == 0 and c["inductor"]["fxgraph_cache_hit"] == 5
@@ -91,7 +94,7 @@ def test_item_used_to_branch_gets_a_clear_message(tmp_path):
         if loss.item() > 0:
             print("positive")
         """))
-    rc, res, log = warm(script, tmp_path / "cache", env={"PCOMPILE_DISABLE": "1"})
+    rc, res, log = warm(script, tmp_path / "cache", env=STOCK)
     assert rc != 0
     err = res["report"]["error"]
     assert f"{script}:6:" in err and "if loss.item() > 0:" in err and "pcompile.warming()" in err
@@ -114,10 +117,10 @@ def test_strict_mode_catches_a_planted_device_computation(tmp_path):
         f = torch.compile(lambda x: (x * 2).sin())
         print(f(torch.randn(8, device="cuda")).shape)
         """))
-    rc, res, log = warm(script, tmp_path / "cache", "--strict", env={"PCOMPILE_DISABLE": "1"})
+    rc, res, log = warm(script, tmp_path / "cache", "--strict", env=STOCK)
     assert rc != 0, log[-3000:]
     assert "strict mode" in res["report"]["error"]
-    rc, res, log = warm(script, tmp_path / "cache2", env={"PCOMPILE_DISABLE": "1"})
+    rc, res, log = warm(script, tmp_path / "cache2", env=STOCK)
     assert rc == 0, log[-3000:]
     assert res["report"]["vdev"]["launch"] >= 2  # counted and swallowed without --strict
 

@@ -29,9 +29,49 @@ def test_rank0_of_8_with_collectives_warms(tmp_path):
             opt.step(); opt.zero_grad()
             print(f"rank {dist.get_rank()}/{dist.get_world_size()} loss {loss.item():.3f}")
         """))
-    rc, res, log = warm(script, tmp_path / "cache", "--world-size", "8", env={"PCOMPILE_DISABLE": "1"})
+    # with pcompile installed in the warm child when the inductor integration is present
+    rc, res, log = warm(script, tmp_path / "cache", "--world-size", "8")
     assert rc == 0, log[-3000:]
     assert "rank 0/8" in log
+    rep = res["report"]
+    assert rep["status"] == "stopped" and rep["steps_done"] == 2
+    assert rep["counters"]["inductor"]["fxgraph_cache_miss"] == 2
+    assert rep["counters"]["aot_autograd"].get("autograd_cache_saved", 0) + res["written"]["aotautograd"] >= 1
+
+
+def test_compiled_ddp_rank0_of_4_warms(tmp_path):
+    """torch.compile(DDP(model)): DDP's value checks and bucket rebuild are skipped on fakes,
+    all-reduce returns the bucket, and Dynamo's DDPOptimizer graphs are compiled."""
+    script = tmp_path / "ddp_train.py"
+    script.write_text(textwrap.dedent("""\
+        import os
+        import torch, torch.distributed as dist, torch.nn as nn
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        class MLP(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = nn.Linear(64, 256)
+                self.b = nn.Linear(256, 64)
+
+            def forward(self, x):
+                return self.b(torch.nn.functional.gelu(self.a(x)))
+
+        dist.init_process_group(backend="nccl")
+        rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(rank)
+        model = MLP().cuda()
+        ddp = torch.compile(DDP(model, device_ids=[rank]))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(3):
+            loss = ddp(torch.randn(16, 64, device="cuda")).pow(2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            print(f"rank {dist.get_rank()}/{dist.get_world_size()} step {step} loss {loss.item():.3f}")
+        """))
+    rc, res, log = warm(script, tmp_path / "cache", "--world-size", "4", env={"PCOMPILE_DISABLE": "1"})
+    assert rc == 0, log[-3000:]
     rep = res["report"]
     assert rep["status"] == "stopped" and rep["steps_done"] == 2
     assert rep["counters"]["inductor"]["fxgraph_cache_miss"] == 2 and res["written"]["aotautograd"] == 1

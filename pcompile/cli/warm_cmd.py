@@ -11,7 +11,7 @@ from pcompile.cli.common import add_common
 def _add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default=None, help="device profile: built-in name (h100, sm_90) or a file from `pcompile profile`")
     p.add_argument("--steps", type=int, default=2, help="training steps to run (default 2: step 2 catches recompiles)")
-    p.add_argument("--world-size", type=int, default=0, help="run as rank 0 of W with a fake process group (torchrun-style scripts; see docs for DDP)")
+    p.add_argument("--world-size", type=int, default=0, help="run as rank 0 of W with a fake process group (torchrun-style scripts, DDP included)")
     p.add_argument("--check", action="store_true", help="also report what fraction of lookups hit before this run")
     p.add_argument("--strict", action="store_true", help="fail if a native kernel launches while Inductor compiles")
     p.add_argument("--timeout", type=float, default=None, help="give up after this many seconds")

@@ -34,6 +34,21 @@ def install(world_size: int) -> None:
     _ddp_noop_allreduce()
 
 
+class _NoRebuildReducer:
+    """DDP's C++ reducer re-buckets parameters after the first backward, copying their values;
+    fake parameters have none. Bucket order only affects run-time communication, not the graphs
+    Dynamo splits at compile time, so the warm keeps the first bucketing."""
+
+    def __init__(self, reducer: Any) -> None:
+        object.__setattr__(self, "_reducer", reducer)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._reducer, name)
+
+    def _rebuild_buckets(self) -> bool:
+        return False
+
+
 def _ddp_noop_allreduce() -> None:
     """The fake group's all-reduce completes with no value, which DDP's C++ reducer rejects.
     Give every DDP a comm hook that hands the bucket back unchanged (what an all-reduce of
@@ -53,6 +68,7 @@ def _ddp_noop_allreduce() -> None:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         self.register_comm_hook(None, hook)
+        self.reducer = _NoRebuildReducer(self.reducer)
 
     __init__._pcompile = True  # type: ignore[attr-defined]
     DDP.__init__ = __init__

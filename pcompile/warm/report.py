@@ -28,7 +28,9 @@ def report_lines(result: Any, check: bool = False) -> list[str]:
     aot_hit, aot_n = cov["aot_autograd"]
     out.append(f"graphs: {fx_n - fx_hit} compiled, {fx_hit} from cache (FX graph); AOTAutograd {aot_n - aot_hit} compiled, {aot_hit} from cache")
     w = result.written
-    out.append(f"written: {w.get('fxgraph', 0)} FX graph entries, {w.get('aotautograd', 0)} AOTAutograd entries, {w.get('triton', 0)} Triton cubins")
+    aot_saved = _c(r, "aot_autograd", "autograd_cache_saved")
+    out.append(f"written to {result.cache_dir}: {w.get('fxgraph', 0)} FX graph entries, {w.get('aotautograd', 0)} AOTAutograd entries, "
+               f"{w.get('triton', 0)} Triton cubins" + (f" (AOTAutograd saves through all caches: {aot_saved})" if aot_saved != w.get("aotautograd", 0) else ""))
     if check:
         pct = lambda h, n: f"{100.0 * h / n:.0f}%" if n else "n/a"  # noqa: E731
         out.append(f"coverage before this run: FX graph {fx_hit}/{fx_n} ({pct(fx_hit, fx_n)}), AOTAutograd {aot_hit}/{aot_n} ({pct(aot_hit, aot_n)})"

@@ -50,6 +50,7 @@ class WarmResult:
     profile: DeviceProfile
     version_warnings: list[str]
     worker_vdev: list[dict[str, Any]]
+    cache_dir: Path
 
 
 def inductor_dirs(settings: Settings) -> tuple[Path, Path]:
@@ -175,7 +176,7 @@ def run_warm(opts: WarmOptions) -> WarmResult:
         report = json.loads(report_path.read_text())
         written = {layer: len(after[layer] - before[layer]) for layer in LAYERS}
         workers = [s for s in preload.read_stats_file(workdir / "vdev-stats.jsonl") if s.get("pid") != report.get("vdev", {}).get("pid")]
-        return WarmResult(rc, report, written, seconds, profile, warnings, workers)
+        return WarmResult(rc, report, written, seconds, profile, warnings, workers, inductor)
     finally:
         if not opts.keep_workdir:
             shutil.rmtree(workdir, ignore_errors=True)
