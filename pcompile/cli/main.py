@@ -30,6 +30,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        from pcompile.events import job_id
+
+        job_id()  # fix the job id now, so every child (warm, pool workers) logs into one job
+    except Exception:
+        pass
+    try:
         return int(args.func(args) or 0)
     except PcompileError as exc:
         sys.stderr.write(f"pcompile: error: {exc}\n")
