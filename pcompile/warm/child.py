@@ -7,6 +7,7 @@ parent. Usage: python -m pcompile.warm.child SPEC.json
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import runpy
@@ -14,7 +15,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 EXIT_OK = 0
 EXIT_SCRIPT_ERROR = 3
@@ -39,6 +40,20 @@ class _Strict:
             self.max_autotune_seen = True
         if self.wanted and self.depth == 1:
             preload.set_strict(True)
+
+    @contextlib.contextmanager
+    def suspended(self) -> Iterator[None]:
+        """Launches whose values nobody reads (benchmark inputs) are not strict-mode errors."""
+        from pcompile.vdev import preload
+
+        active = self.wanted and self.depth > 0
+        if active:
+            preload.set_strict(False)
+        try:
+            yield
+        finally:
+            if active:
+                preload.set_strict(True)
 
     def leave(self) -> None:
         from pcompile.vdev import preload
@@ -139,6 +154,13 @@ def run(spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     compat.skip_kernel_launches(on_unselected)
     compat.fold_constants_on_cpu()
     compat.placeholder_repr_for_device_tensors()
+    compat.grad_scaler_assumes_finite()
+    report["pad_mm_guessed"] = 0
+
+    def on_pad_guess() -> None:
+        report["pad_mm_guessed"] += 1
+
+    compat.no_gpu_timing_in_pad_mm(on_pad_guess, strict.suspended)
     compat.during_inductor_compile(strict.enter, strict.leave)
     from pcompile.inductor.graph_normalize import normalize_placeholder_types
 

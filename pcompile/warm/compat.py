@@ -36,6 +36,9 @@ PRIVATE_SYMBOLS: list[tuple[str, str]] = [
     ("torch.utils._triton", "triton_hash_with_backend"),
     ("torch.nn.parallel.distributed", "_verify_param_shape_across_processes"),
     ("torch.nn.parallel.distributed", "_sync_module_states"),
+    ("torch.amp.grad_scaler.GradScaler", "_maybe_opt_step"),
+    ("torch._inductor.fx_passes.pad_mm", "_should_pad"),
+    ("torch._inductor.fx_passes.pad_mm", "get_do_bench"),
     ("torch._inductor.config", "fx_graph_cache"),
     ("torch._functorch.config", "enable_autograd_cache"),
     ("torch._functorch._aot_autograd.autograd_cache", "autograd_cache_key"),
@@ -54,7 +57,11 @@ def version_supported() -> bool:
 def _resolve(module: str, attr: str) -> Any:
     import importlib
 
-    return getattr(importlib.import_module(module), attr)
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except ModuleNotFoundError:
+        parent, cls = module.rsplit(".", 1)  # a class attribute: "pkg.mod.Class", "attr"
+        return getattr(getattr(importlib.import_module(parent), cls), attr)
 
 
 def check() -> list[str]:
@@ -352,6 +359,58 @@ def fake_store() -> Any:
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     return FakeStore()
+
+
+class _NoGpuTiming(Exception):
+    pass
+
+
+def no_gpu_timing_in_pad_mm(on_guess: Callable[[], None], harmless: Callable[[], Any]) -> None:
+    """Inductor's pad_mm joint-graph pass times padded vs. unpadded matmuls on the GPU when it has
+    no cached decision. There is no GPU here: decide "don't pad" (semantically identical), write
+    nothing into the decision cache, and let `on_guess()` count it for the report. The random
+    benchmark inputs it creates first are launches whose values nobody reads: `harmless()` is a
+    context manager that exempts them from strict mode."""
+    from torch._inductor.fx_passes import pad_mm
+
+    if getattr(pad_mm._should_pad, "_pcompile", False):
+        return
+    original = pad_mm._should_pad
+
+    def get_do_bench() -> Callable[..., float]:
+        def bench(*args: Any, **kwargs: Any) -> float:
+            raise _NoGpuTiming()
+
+        return bench
+
+    @functools.wraps(original)
+    def _should_pad(*args: Any, **kwargs: Any) -> bool:
+        try:
+            with harmless():
+                return original(*args, **kwargs)
+        except _NoGpuTiming:
+            on_guess()
+            return False
+
+    _should_pad._pcompile = True  # type: ignore[attr-defined]
+    pad_mm.get_do_bench = get_do_bench
+    pad_mm._should_pad = _should_pad
+
+
+def grad_scaler_assumes_finite() -> None:
+    """GradScaler.step reads found_inf with .item() to decide whether to step; on fakes there is
+    no value. Warm takes the branch a healthy step takes (finite grads: step the optimizer), so the
+    optimizer step is still compiled."""
+    from torch.amp.grad_scaler import GradScaler
+
+    if getattr(GradScaler._maybe_opt_step, "_pcompile", False):
+        return
+
+    def _maybe_opt_step(self: Any, optimizer: Any, optimizer_state: Any, *args: Any, **kwargs: Any) -> Any:
+        return optimizer.step(*args, **kwargs)
+
+    _maybe_opt_step._pcompile = True  # type: ignore[attr-defined]
+    GradScaler._maybe_opt_step = _maybe_opt_step
 
 
 def ddp_skip_value_checks() -> None:

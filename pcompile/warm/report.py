@@ -26,7 +26,8 @@ def report_lines(result: Any, check: bool = False) -> list[str]:
     cov = coverage(r)
     fx_hit, fx_n = cov["fx_graph"]
     aot_hit, aot_n = cov["aot_autograd"]
-    out.append(f"graphs: {fx_n - fx_hit} compiled, {fx_hit} from cache (FX graph); AOTAutograd {aot_n - aot_hit} compiled, {aot_hit} from cache")
+    out.append(f"graphs: {fx_n - fx_hit} compiled, {fx_hit} from cache (FX graph); AOTAutograd {aot_n - aot_hit} compiled, {aot_hit} from cache; "
+               f"kernels: {result.written.get('triton', 0)} Triton cubins compiled")
     w = result.written
     aot_saved = _c(r, "aot_autograd", "autograd_cache_saved")
     out.append(f"written to {result.cache_dir}: {w.get('fxgraph', 0)} FX graph entries, {w.get('aotautograd', 0)} AOTAutograd entries, "
@@ -43,6 +44,9 @@ def report_lines(result: Any, check: bool = False) -> list[str]:
     unsel = r.get("autotune_unselected", {})
     if unsel:
         out.append(f"not warmed: autotune winners of {len(unsel)} kernels with several configs (all configs compiled; the GPU job benchmarks once, then caches)")
+    if r.get("pad_mm_guessed"):
+        out.append(f"not warmed: {r['pad_mm_guessed']} pad_mm decisions need GPU timing; took \"don't pad\" (same results; "
+                   "a GPU job that hits these graphs keeps that choice)")
     if r.get("max_autotune"):
         out.append("not warmed: max-autotune / coordinate-descent choices need GPU timings; run the GPU job once to fill them")
     for line in result.version_warnings:
