@@ -14,6 +14,7 @@ Two measurements, each in a fresh process with empty caches (FX graph and AOTAut
 
     python tools/measure_compile_split.py            # both, JSON on the last line
     python tools/measure_compile_split.py cpu|triton
+    PCOMPILE_DUMP_KERNELS=k.json python tools/measure_compile_split.py triton   # also save the sources
 """
 from __future__ import annotations
 
@@ -163,6 +164,10 @@ def measure_triton() -> dict:
             _worker_compile_triton(functools.partial(_load_triton_kernel_from_source, name, src), {}, {"use_static_triton_launcher": True})
         per_kernel.append(round(time.perf_counter() - k0, 3))
     triton = time.perf_counter() - t1
+    dump = os.environ.get("PCOMPILE_DUMP_KERNELS")
+    if dump:  # tools/bench_pool.py reuses these real kernels
+        with open(dump, "w") as f:
+            json.dump({"torch": torch.__version__, "kernels": [{"name": n, "source": src} for n, src in dict.fromkeys(sources)]}, f)
     return {
         "case": "gpt forward on fake cuda (Triton kernels, sm_90)",
         "compile_without_triton_s": round(lowering, 3),

@@ -113,7 +113,8 @@ class KernelRouter:
         self.counts = {"hit": 0, "waited": 0, "compiled": 0, "uncached": 0, "fallback": 0}
         self._counts_lock = threading.Lock()
         self._waiters = ThreadPoolExecutor(64, thread_name_prefix="pcompile-kernel")
-        self._software: dict[str, str] | None = None
+        self._fp_lock = threading.Lock()
+        self._fp_cache: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, str]] = {}
         self.jobs = self._make_pool(kind, address)
 
     # -- pools ---------------------------------------------------------------------------
@@ -160,9 +161,27 @@ class KernelRouter:
             "libdevice": _file_digest(libdevice) if libdevice else "bundled",
             "triton_env": json.dumps(self.hook.triton_env(), sort_keys=True),
         }
-        fp = fingerprint(Target(arch, ""), extra=extra, ptxas=True)
+        fp = self._fingerprint(arch, tuple(sorted(extra.items())))
         key, inputs = make_key("kernel", job.source, fp)
         return key, inputs, fp
+
+    def _fingerprint(self, arch: str, extra: tuple[tuple[str, str], ...]) -> dict[str, str]:
+        """Memoised: the first probe (triton_key, ptxas --version) costs ~0.5 s, and 64 waiter
+        threads computing it at once would each pay it under the GIL."""
+        cache_key = (arch, extra)
+        with self._fp_lock:
+            fp = self._fp_cache.get(cache_key)
+            if fp is None:
+                fp = self._fp_cache[cache_key] = fingerprint(Target(arch, ""), extra=dict(extra), ptxas=True)
+        return dict(fp)
+
+    def warm_up(self) -> None:
+        """Run the slow version probes now (install time), not when the first kernel arrives."""
+        try:
+            self._fingerprint("warmup", ())
+            self.hook.triton_env()
+        except Exception:
+            pass
 
     # -- resolving one job ---------------------------------------------------------------
     def submit(self, job: Any) -> Future:
@@ -358,7 +377,8 @@ def install_pool() -> bool:
             pool_hook.set_ptxas_path()
             if pool_hook.installed():
                 return True
-            _get_router(kind, address)  # connect (or start the daemon) now, while Dynamo traces
+            router_now = _get_router(kind, address)  # connect (or start the daemon) now, while Dynamo traces
+            threading.Thread(target=router_now.warm_up, name="pcompile-pool-warmup", daemon=True).start()
             pool_hook.install_process_pool(lambda: InductorPool(_get_router(kind, address)))
             pool_hook.prime_ready()
             return True

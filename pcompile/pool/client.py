@@ -329,6 +329,8 @@ class NodePool:
                 return
             conn = self._conn
             if conn is None:
+                if not self._backlog:
+                    return  # reconnect (or restart an idle-exited daemon) only when there is work
                 if time.monotonic() < self._local_until or self._closed:
                     while self._backlog:
                         to_local.append(heapq.heappop(self._backlog)[2])
