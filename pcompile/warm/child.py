@@ -119,35 +119,19 @@ def _user_line_from_tb(exc: BaseException) -> str | None:
     return None
 
 
-def run(spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    t0 = time.monotonic()
-    report: dict[str, Any] = {"status": "error", "steps_done": 0, "autotune_unselected": {}}
-    import warnings
-
-    import torch
-
-    # Inductor's runtime alignment checks read data_ptr() (0 on fakes, which is aligned): not news.
-    warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor")
-
-    from pcompile.vdev import preload
+def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict) -> Any:
+    """Install every compat adjustment; returns the FakeTensorMode the script runs under."""
+    from pcompile.inductor.graph_normalize import normalize_placeholder_types
     from pcompile.warm import compat, scalars
-    from pcompile.warm.stop import StepCounter, WarmStop
-
-    report["torch"] = torch.__version__
-    missing = compat.check()
-    if missing or not compat.version_supported():
-        report["error"] = (f"torch {torch.__version__} is not supported by pcompile warm (needs 2.11-2.14"
-                           + (f"; missing private APIs: {', '.join(missing)}" if missing else "") + ")")
-        return EXIT_UNSUPPORTED, report
-    strict = _Strict(bool(spec.get("strict")))
-    preload.set_strict(False)
-    report["pcompile_backend"] = _install_pcompile_backend()
-    report["caches_switched_on"] = compat.enable_graph_caches()
 
     unselected: dict[str, int] = report["autotune_unselected"]
+    report["pad_mm_guessed"] = 0
 
     def on_unselected(name: str, n: int) -> None:
         unselected[name] = n
+
+    def on_pad_guess() -> None:
+        report["pad_mm_guessed"] += 1
 
     compat.allow_fake_param_moves()
     compat.route_wrapper_allocations()
@@ -155,15 +139,8 @@ def run(spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     compat.fold_constants_on_cpu()
     compat.placeholder_repr_for_device_tensors()
     compat.grad_scaler_assumes_finite()
-    report["pad_mm_guessed"] = 0
-
-    def on_pad_guess() -> None:
-        report["pad_mm_guessed"] += 1
-
     compat.no_gpu_timing_in_pad_mm(on_pad_guess, strict.suspended)
     compat.during_inductor_compile(strict.enter, strict.leave)
-    from pcompile.inductor.graph_normalize import normalize_placeholder_types
-
     compat.normalize_graphs_before_inductor(normalize_placeholder_types)
     if os.environ.get("PCOMPILE_AOT_KEY_DUMP"):
         compat.dump_aot_keys(os.environ["PCOMPILE_AOT_KEY_DUMP"])
@@ -173,23 +150,26 @@ def run(spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         from pcompile.warm import fakepg
 
         fakepg.install(int(spec["world_size"]))
+    return mode
 
-    steps = int(spec.get("steps", 2))
 
-    progress_file = os.environ.get("PCOMPILE_WARM_PROGRESS")
+def _root_cause(exc: BaseException) -> BaseException:
+    seen: set[int] = set()
+    while exc.__cause__ is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        exc = exc.__cause__
+    return exc
 
-    def on_step(k: int, elapsed: float) -> None:
-        if progress_file:
-            with open(progress_file, "a") as fh:
-                fh.write(f"{k} {elapsed:.3f}\n")
 
-    counter = StepCounter(steps, on_step)
-    counter.install()
+def _run_script(spec: dict[str, Any], mode: Any, report: dict[str, Any]) -> int:
+    """Run the script as __main__ under `mode`; fills status/error; returns the exit code."""
+    from pcompile.warm import scalars
+    from pcompile.warm.stop import WarmStop
+
     script = spec["script"]
     scalars.set_script(script)
     sys.argv = [script, *spec.get("args", [])]
     sys.path.insert(0, str(Path(script).resolve().parent))
-    code = EXIT_OK
     try:
         with mode:
             runpy.run_path(script, run_name="__main__")
@@ -201,15 +181,55 @@ def run(spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
             report["status"] = "completed"
         else:
             report["error"] = f"the script exited with status {exc.code}"
-            code = EXIT_SCRIPT_ERROR
+            return EXIT_SCRIPT_ERROR
     except BaseException as exc:  # report, never hang the parent
         msg = _explain(exc)
         if msg is None:
-            tb = traceback.format_exception(exc)
-            sys.stderr.write("".join(tb))
-            msg = f"the script failed under warm: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+            sys.stderr.write("".join(traceback.format_exception(exc)))
+            root = _root_cause(exc)
+            first = (str(root).strip().splitlines() or [""])[0]
+            msg = f"the script failed under warm: {type(root).__name__}: {first}"
         report["error"] = msg
-        code = EXIT_SCRIPT_ERROR
+        return EXIT_SCRIPT_ERROR
+    return EXIT_OK
+
+
+def run(spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    t0 = time.monotonic()
+    report: dict[str, Any] = {"status": "error", "steps_done": 0, "autotune_unselected": {}}
+    import warnings
+
+    import torch
+
+    # Inductor's runtime alignment checks read data_ptr() (0 on fakes, which is aligned): not news.
+    warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor")
+
+    from pcompile.vdev import preload
+    from pcompile.warm import compat
+    from pcompile.warm.stop import StepCounter
+
+    report["torch"] = torch.__version__
+    missing = compat.check()
+    if missing or not compat.version_supported():
+        report["error"] = (f"torch {torch.__version__} is not supported by pcompile warm (needs 2.11-2.14"
+                           + (f"; missing private APIs: {', '.join(missing)}" if missing else "") + ")")
+        return EXIT_UNSUPPORTED, report
+    strict = _Strict(bool(spec.get("strict")))
+    preload.set_strict(False)
+    report["pcompile_backend"] = _install_pcompile_backend()
+    report["caches_switched_on"] = compat.enable_graph_caches()
+    mode = _adjust_torch(spec, report, strict)
+
+    progress_file = os.environ.get("PCOMPILE_WARM_PROGRESS")
+
+    def on_step(k: int, elapsed: float) -> None:
+        if progress_file:
+            with open(progress_file, "a") as fh:
+                fh.write(f"{k} {elapsed:.3f}\n")
+
+    counter = StepCounter(int(spec.get("steps", 2)), on_step)
+    counter.install()
+    code = _run_script(spec, mode, report)
     report["steps_done"] = counter.done
     report["seconds"] = round(time.monotonic() - t0, 3)
     report["counters"] = compat.counters()
