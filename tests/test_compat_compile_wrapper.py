@@ -39,3 +39,14 @@ def test_route_through_calls_hook_with_the_original_and_unroute_restores() -> No
     assert not compat.routed()
     if was:
         torch._TorchCompileInductorWrapper.__call__ = original
+
+
+def test_fallback_without_the_wrapper_class_compiles_with_mode_and_options() -> None:
+    x = torch.randn(8)
+
+    def backend(gm, inputs):  # type: ignore[no-untyped-def]
+        return compat.compile_fx_fallback(gm, inputs, "max-autotune-no-cudagraphs", {"epilogue-fusion": False})
+
+    torch._dynamo.reset()
+    y = torch.compile(lambda v: v.cos() * 2, backend=backend)(x)
+    assert torch.allclose(y, x.cos() * 2)

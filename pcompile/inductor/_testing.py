@@ -39,6 +39,8 @@ class Tiny(torch.nn.Module):
 
 model = Tiny()
 x = torch.randn(4, 8)
+reference = Tiny()
+reference.load_state_dict(model.state_dict())
 if how == "install":
     import pcompile
     pcompile.install()
@@ -57,8 +59,14 @@ for _ in range(steps):
     opt.step()
     losses.append(loss.item())
 params = torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()
+ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+for _ in range(steps):  # the same steps in eager mode, for the numerics check
+    ref_opt.zero_grad()
+    reference(x).square().mean().backward()
+    ref_opt.step()
+eager = torch.cat([p.detach().flatten() for p in reference.parameters()]).tolist()
 out = {"losses": [float(v).hex() for v in losses], "params": [float(v).hex() for v in params],
-       "loss_values": losses, "param_values": params}
+       "loss_values": losses, "param_values": params, "eager_param_values": eager}
 try:
     from pcompile.inductor import flight, hooks
     out["hooks"] = {"active": hooks.state.active, "layers": list(hooks.state.layers)}
