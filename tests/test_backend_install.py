@@ -49,21 +49,21 @@ print("PCOMPILE_RESULT " + json.dumps({"routed": routed_before_compile, "active"
 '''
 
 
-def _route(tmp_path: Path, how: str, **extra: str) -> tuple[dict, set[str]]:
+def _route(tmp_path: Path, how: str, **extra: str) -> tuple[dict, set[str], str]:
     script = t.write_script(tmp_path / "app", "route.py", ROUTE_SCRIPT)
     env = t.clean_env(PCOMPILE_CACHE_DIR=str(tmp_path / "pc"), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "ind"), **extra)
     if extra.get("PCOMPILE") and not _has_real_entry_point():
         env["PYTHONPATH"] = str(_entry_point_dir(tmp_path / "ep")) + ":" + env["PYTHONPATH"]
-    result, _ = t.run(script, how, env)
+    result, stderr = t.run(script, how, env)
     store = tmp_path / "pc" / "store"
-    return result, t.manifest_keys(store) if store.exists() else set()
+    return result, t.manifest_keys(store) if store.exists() else set(), stderr
 
 
 def test_pcompile_env_routes_an_unchanged_script(tmp_path: Path) -> None:
-    result, keys = _route(tmp_path / "on", "-", PCOMPILE="1")
+    result, keys, _ = _route(tmp_path / "on", "-", PCOMPILE="1")
     assert result == {"routed": True, "active": True, "ok": True, "held": []}, "routed at `import torch`, before any compile"
     assert {k.split("-")[0] for k in keys} >= {"graph", "kernel"}
-    result, keys = _route(tmp_path / "off", "-")
+    result, keys, _ = _route(tmp_path / "off", "-")
     assert result == {"routed": False, "active": False, "ok": True, "held": []} and not keys
 
 
@@ -74,7 +74,7 @@ def test_installed_package_declares_the_autoload_entry_point() -> None:
 
 
 def test_install_routes_torch_compile(tmp_path: Path) -> None:
-    result, keys = _route(tmp_path, "install")
+    result, keys, _ = _route(tmp_path, "install")
     assert result == {"routed": True, "active": True, "ok": True, "held": []}
     assert {k.split("-")[0] for k in keys} >= {"graph", "kernel"}
 
@@ -107,3 +107,9 @@ def test_unknown_torch_version_falls_back_with_one_warning(tmp_path: Path) -> No
     assert stderr.count("PcompileFallbackWarning") == 1, stderr[-3000:]
     assert "torch 2.99.0" in stderr
     assert not t.manifest_keys(tmp_path / "pc" / "store") if (tmp_path / "pc" / "store").exists() else True
+
+
+def test_pcompile_env_on_unknown_torch_warns_once_and_runs_stock(tmp_path: Path) -> None:
+    result, keys, stderr = _route(tmp_path, "-", PCOMPILE="1", PCOMPILE_PRETEND_TORCH_VERSION="2.99.0")
+    assert result == {"routed": False, "active": False, "ok": True, "held": []} and not keys
+    assert stderr.count("PcompileFallbackWarning") == 1, stderr[-3000:]

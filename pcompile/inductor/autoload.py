@@ -27,8 +27,8 @@ def autoload() -> None:
     try:
         from pcompile.inductor import env, gate
 
-        if gate.unsupported_reason() is not None:
-            return  # the first compile warns once (hooks.install_hooks) and runs stock
+        if not gate.supported():
+            return  # warned once: this torch/triton runs stock Inductor
         env.set_cache_dirs()
         from pcompile.inductor.install import route_default_backend
 
