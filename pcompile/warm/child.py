@@ -139,6 +139,12 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
     compat.fold_constants_on_cpu()
     compat.placeholder_repr_for_device_tensors()
     compat.grad_scaler_assumes_finite()
+    report["cudagraphs_skipped"] = 0
+
+    def on_cudagraph_skip() -> None:
+        report["cudagraphs_skipped"] += 1
+
+    compat.no_cuda_graph_capture(on_cudagraph_skip)
     compat.no_gpu_timing_in_pad_mm(on_pad_guess, strict.suspended)
     compat.during_inductor_compile(strict.enter, strict.leave)
     compat.normalize_graphs_before_inductor(normalize_placeholder_types)

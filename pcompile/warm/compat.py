@@ -38,6 +38,8 @@ PRIVATE_SYMBOLS: list[tuple[str, str]] = [
     ("torch.nn.parallel.distributed", "_sync_module_states"),
     ("torch.amp.grad_scaler.GradScaler", "_maybe_opt_step"),
     ("torch._inductor.fx_passes.pad_mm", "_should_pad"),
+    ("torch._inductor.cudagraph_trees", "cudagraphify_impl"),
+    ("torch._inductor.compile_fx", "cudagraphify_impl"),
     ("torch._inductor.fx_passes.pad_mm", "get_do_bench"),
     ("torch._inductor.config", "fx_graph_cache"),
     ("torch._functorch.config", "enable_autograd_cache"),
@@ -395,6 +397,25 @@ def no_gpu_timing_in_pad_mm(on_guess: Callable[[], None], harmless: Callable[[],
     _should_pad._pcompile = True  # type: ignore[attr-defined]
     pad_mm.get_do_bench = get_do_bench
     pad_mm._should_pad = _should_pad
+
+
+def no_cuda_graph_capture(on_skip: Callable[[], None]) -> None:
+    """mode="reduce-overhead": the graphs compile exactly as on the GPU (cudagraphs is part of
+    their key), but capture happens on their first runs, which here would record nothing real.
+    Run the compiled callable directly instead; capture is run-time work with nothing to cache."""
+    import torch._inductor.compile_fx as cfx
+    import torch._inductor.cudagraph_trees as trees
+
+    if getattr(trees.cudagraphify_impl, "_pcompile", False):
+        return
+
+    def skip(model: Callable[..., Any], *args: Any, **kwargs: Any) -> Callable[..., Any]:
+        on_skip()
+        return model
+
+    skip._pcompile = True  # type: ignore[attr-defined]
+    trees.cudagraphify_impl = skip
+    cfx.cudagraphify_impl = skip
 
 
 def grad_scaler_assumes_finite() -> None:

@@ -44,6 +44,8 @@ def report_lines(result: Any, check: bool = False) -> list[str]:
     unsel = r.get("autotune_unselected", {})
     if unsel:
         out.append(f"not warmed: autotune winners of {len(unsel)} kernels with several configs (all configs compiled; the GPU job benchmarks once, then caches)")
+    if r.get("cudagraphs_skipped"):
+        out.append(f"not warmed: CUDA graph capture of {r['cudagraphs_skipped']} graphs (reduce-overhead) happens on the GPU's first runs; the graphs themselves are warmed")
     if r.get("pad_mm_guessed"):
         out.append(f"not warmed: {r['pad_mm_guessed']} pad_mm decisions need GPU timing; took \"don't pad\" (same results; "
                    "a GPU job that hits these graphs keeps that choice)")
