@@ -99,9 +99,10 @@ def worker_cpu(cache_dir: Path) -> float:
 
 
 def run(mode: str, ranks: int, workers: int, kernels: Path, tmp: Path) -> dict:
-    barrier = tmp / f"barrier-{mode}-{ranks}"
+    run_id = f"{mode}-{ranks}-{len(list(tmp.glob('barrier-*')))}"
+    barrier = tmp / f"barrier-{run_id}"
     barrier.mkdir()
-    cache = tmp / f"cache-{mode}-{ranks}"
+    cache = tmp / f"cache-{run_id}"
     env = dict(os.environ)
     env.update(
         {
