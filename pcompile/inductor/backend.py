@@ -23,6 +23,14 @@ from pcompile.inductor.timing import span
 
 _ALLOWED = {"mode", "options", "dynamic", "config_patches"}
 
+# torch.compile(backend="inductor") has imported Inductor's compiler by the time it returns; do
+# the same when torch.compile resolves backend="pcompile" (this import), so the first step pays
+# for compiling, not for importing (~1-2 s of module loading).
+try:
+    import torch._inductor.compile_fx  # noqa: F401
+except Exception:  # pragma: no cover - an import error shows up again, with context, at compile
+    pass
+
 
 def normalize(gm: Any) -> None:
     """Let graph_normalize (the warm path's key equaliser, built separately) rewrite the graph."""
