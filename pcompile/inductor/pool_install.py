@@ -42,6 +42,8 @@ ENV_IDLE_EXIT = "PCOMPILE_POOL_IDLE_EXIT"
 ENV_JOB_TIMEOUT = "PCOMPILE_POOL_JOB_TIMEOUT"
 ENV_RAY_ACTORS = "PCOMPILE_RAY_ACTORS"
 ENV_IN_WORKER = "PCOMPILE_POOL_WORKER"
+ENV_EAGER = "PCOMPILE_POOL_EAGER"
+DEFAULT_IDLE_EXIT = 120.0
 ARTIFACT = "inductor-triton-worker-result-v1"
 BLOB = "result"
 WORKER_PRELOAD = ("torch", "torch._inductor.runtime.compile_tasks", "torch._inductor.runtime.triton_heuristics", "pcompile.inductor.compat.pool_hook")
@@ -102,7 +104,7 @@ def _file_digest(path: str) -> str:
 class KernelRouter:
     """Resolves Triton jobs through the store and a compile pool; one per process."""
 
-    def __init__(self, kind: str, address: str | None = None, settings: Settings | None = None, store: Any = None) -> None:
+    def __init__(self, kind: str, address: str | None = None, settings: Settings | None = None, store: Any = None, eager: bool = False) -> None:
         from pcompile.inductor.compat import pool_hook
 
         self.hook = pool_hook
@@ -115,6 +117,7 @@ class KernelRouter:
         self._waiters = ThreadPoolExecutor(64, thread_name_prefix="pcompile-kernel")
         self._fp_lock = threading.Lock()
         self._fp_cache: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, str]] = {}
+        self.eager = eager
         self.jobs = self._make_pool(kind, address)
 
     # -- pools ---------------------------------------------------------------------------
@@ -134,9 +137,9 @@ class KernelRouter:
             from pcompile.pool.launcher import DaemonOptions
 
             options = DaemonOptions(
-                idle_exit=_env_float(ENV_IDLE_EXIT, 300.0), job_timeout=self.timeout, preload=WORKER_PRELOAD
+                idle_exit=_env_float(ENV_IDLE_EXIT, DEFAULT_IDLE_EXIT), job_timeout=self.timeout, preload=WORKER_PRELOAD
             )
-            return NodePool(self.settings.cache_dir, options, local_workers=_local_threads())
+            return NodePool(self.settings.cache_dir, options, local_workers=_local_threads(), connect_now=self.eager)
         return _LocalPool(_local_threads())
 
     @property
@@ -336,10 +339,27 @@ def router() -> KernelRouter | None:
     return _router
 
 
+def _start_eagerly() -> bool:
+    """Start the daemon at install time only where Triton kernels are expected (a CUDA device is
+    visible, real or virtual), so its workers are warm by the first kernel; a CPU-only process
+    (C++ kernels only) starts none: each idle daemon holds a torch-importing forkserver."""
+    raw = os.environ.get(ENV_EAGER, "").strip().lower()
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:
+        return False
+
+
 def _get_router(kind: str, address: str | None) -> KernelRouter:
     global _router, _router_pid
     if _router is None or _router_pid != os.getpid():  # a forked child needs its own connection
-        _router = KernelRouter(kind, address)
+        _router = KernelRouter(kind, address, eager=_start_eagerly())
         _router_pid = os.getpid()
     return _router
 
@@ -377,7 +397,7 @@ def install_pool() -> bool:
             pool_hook.set_ptxas_path()
             if pool_hook.installed():
                 return True
-            router_now = _get_router(kind, address)  # connect (or start the daemon) now, while Dynamo traces
+            router_now = _get_router(kind, address)  # with a GPU: start the daemon now, while Dynamo traces
             threading.Thread(target=router_now.warm_up, name="pcompile-pool-warmup", daemon=True).start()
             pool_hook.install_process_pool(lambda: InductorPool(_get_router(kind, address)))
             pool_hook.prime_ready()
