@@ -154,7 +154,8 @@ class KernelRouter:
     def key_for(self, job: Any) -> tuple[Key, KeyInputs, dict[str, str]]:
         """The kernel's key. The target comes from the DeviceProperties in the source (what
         Triton really compiles for), not from this host, so a CPU-only warm host and the GPU
-        job agree; the device index stays in the source and hence in the key (see report)."""
+        job agree. The device index is part of the source (DeviceProperties.index), hence of the
+        key: ranks on different GPUs of one node compile their own copies (as their FX graphs do)."""
         device = self.hook.device_of(job.source)
         arch = (f"sm_{device[1]}" if device[0] == "cuda" else f"{device[0]}_{device[1]}") if device else "unknown"
         libdevice = job.extra_env.get("TRITON_LIBDEVICE_PATH")
