@@ -257,3 +257,12 @@ def default_store() -> Store:
 
 def store_root(settings: Settings) -> Path:
     return settings.cache_dir / "store"
+
+
+def _forget_after_fork() -> None:
+    """A forked child must not share its parent's Store (its stats file is named by pid)."""
+    global _default
+    _default = None
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
