@@ -36,19 +36,11 @@ def check() -> None:
         require_attr(triton_helpers, "set_driver_to_gpu", "torch._inductor.runtime.triton_helpers")
 
 
-@contextlib.contextmanager
-def _no_driver_setup() -> Iterator[None]:
-    from torch._inductor.runtime import triton_helpers
+def _no_driver_setup() -> contextlib.AbstractContextManager[None]:
+    """One implementation of the 2.11 driver workaround: pool_hook's (it owns that patch)."""
+    from pcompile.inductor.compat.pool_hook import _no_gpu_driver_setup_in_worker
 
-    if hasattr(triton_helpers, "skip_gpu_driver_setup"):
-        yield  # 2.14+: _worker_compile_triton scopes it itself
-        return
-    original = triton_helpers.set_driver_to_gpu
-    triton_helpers.set_driver_to_gpu = lambda: None
-    try:
-        yield
-    finally:
-        triton_helpers.set_driver_to_gpu = original
+    return _no_gpu_driver_setup_in_worker()
 
 
 def compile_kernel_source(kernel_name: str, source_code: str) -> tuple[Any, int]:
