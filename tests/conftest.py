@@ -26,6 +26,20 @@ def cache_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]
     return env
 
 
+@pytest.fixture
+def store_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A private pcompile cache dir for in-process hook tests; leases released afterwards."""
+    from pcompile.inductor import flight
+
+    for name in list(os.environ):
+        if name.startswith("PCOMPILE"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("PCOMPILE_CACHE_DIR", str(tmp_path / "pc"))
+    monkeypatch.setenv("PCOMPILE_EVENTS", "0")
+    yield tmp_path / "pc"
+    flight.release_all()
+
+
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")

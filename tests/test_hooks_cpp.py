@@ -28,17 +28,6 @@ class Builder:
         os.system(f"g++ -shared -fPIC -o {self.target} {self.source}")
 
 
-@pytest.fixture
-def store_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    for name in list(os.environ):
-        if name.startswith("PCOMPILE"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("PCOMPILE_CACHE_DIR", str(tmp_path / "pc"))
-    monkeypatch.setenv("PCOMPILE_EVENTS", "0")
-    yield tmp_path / "pc"
-    flight.release_all()
-
-
 def _stock(lock_path: str, builders: list[Builder]) -> None:
     for b in builders:
         if not os.path.exists(b.get_target_file_path()):

@@ -22,17 +22,6 @@ from pcompile.inductor import flight
 from pcompile.inductor.layer_keys import store_key
 
 
-@pytest.fixture
-def store_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    for name in list(os.environ):
-        if name.startswith("PCOMPILE"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("PCOMPILE_CACHE_DIR", str(tmp_path / "pc"))
-    monkeypatch.setenv("PCOMPILE_EVENTS", "0")
-    yield tmp_path / "pc"
-    flight.release_all()
-
-
 def _lease_file(cache: Path, kind: str, ikey: str) -> Path:
     return cache / "store" / "leases" / f"{store_key(kind, ikey)[0]}.lease"
 
