@@ -38,6 +38,7 @@ from pcompile.pool import protocol
 from pcompile.pool.errors import JobTimedOut, PoolUnavailable, WorkerCrashed
 from pcompile.pool.launcher import DaemonOptions, connect, connect_or_start
 from pcompile.pool.paths import PoolPaths
+from pcompile.pool.base import JobPool
 
 log = logging.getLogger("pcompile.pool")
 
@@ -108,7 +109,7 @@ class _Connection:
 _pools: "weakref.WeakSet[NodePool]" = weakref.WeakSet()
 
 
-class NodePool:
+class NodePool(JobPool):
     """Executor backed by this node's shared compile daemon (see module docstring)."""
 
     def __init__(
@@ -145,9 +146,6 @@ class NodePool:
         self.counts = {"daemon": 0, "local": 0, "resubmitted": 0}
 
     # -- public API ----------------------------------------------------------------------
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
-        return self.submit_job(fn, args, kwargs)
-
     def submit_job(
         self,
         fn: Callable[..., Any],

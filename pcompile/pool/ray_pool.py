@@ -31,6 +31,7 @@ from typing import Any, Callable
 
 from pcompile.pool.client import RemoteTraceback, warn_once
 from pcompile.pool.errors import JobTimedOut, PoolUnavailable, WorkerCrashed
+from pcompile.pool.base import JobPool
 
 log = logging.getLogger("pcompile.pool.ray")
 
@@ -72,7 +73,7 @@ class _Job:
     future: Future
 
 
-class RayPool:
+class RayPool(JobPool):
     """Executor on Ray actors: longest-first, per-job timeout, crash isolation, local fallback."""
 
     def __init__(
@@ -116,9 +117,6 @@ class RayPool:
             self._fail_all(f"Ray did not come up within {self.connect_timeout:g} s")
 
     # -- public API ----------------------------------------------------------------------
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
-        return self.submit_job(fn, args, kwargs)
-
     def submit_job(
         self,
         fn: Callable[..., Any],
