@@ -59,5 +59,20 @@ def read_file(path: Path) -> bytes | None:
         return None
 
 
+def read_without_access(path: Path) -> bytes:
+    """Read for housekeeping (GC, verify) without counting as a use: O_NOATIME where allowed.
+
+    Under relatime a plain read refreshes atime, which GC uses as last access: a scan would make
+    every entry it reads look freshly used.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NOATIME", 0)
+    try:
+        fd = os.open(path, flags)
+    except PermissionError:  # O_NOATIME needs ownership of the file
+        fd = os.open(path, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read()
+
+
 def is_disk_full(exc: OSError) -> bool:
     return exc.errno in (errno.ENOSPC, errno.EDQUOT)

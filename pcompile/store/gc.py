@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from pcompile.keys.key import Key
+from pcompile.store import fsio
 from pcompile.store.fs_tier import DirectoryTier
 
 BLOB_GRACE_SECONDS = 600.0
@@ -52,7 +53,7 @@ def _scan(tier: DirectoryTier) -> tuple[list[_Item], dict[str, int]]:
         path = tier.manifest_path(key)
         try:
             st = path.stat()
-            body = json.loads(path.read_bytes())
+            body = json.loads(fsio.read_without_access(path))
             blobs = [b["sha256"] for b in body.get("blobs", {}).values()]
         except (OSError, ValueError, AttributeError, KeyError, TypeError):
             continue  # vanished or unreadable: verify's business, not GC's
