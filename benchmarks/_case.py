@@ -80,6 +80,23 @@ def _events_summary() -> dict | None:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
+def _kernel_ms_per_step(step, sync, n: int) -> float | None:
+    """GPU time in kernels per step (profiler, after the timed steps): compares the kernels two
+    processes chose without the CPU-side noise of wall-clock steps of a few ms."""
+    from torch.profiler import ProfilerActivity, profile
+
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(n):
+                step()
+            sync()
+        total_us = sum(e.self_device_time_total for e in prof.key_averages())
+        return round(total_us / 1000.0 / n, 3)
+    except Exception as exc:  # a profiler that cannot start is a missing column, not a failed case
+        print(f"kernel time not measured: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return None
+
+
 def run(args: argparse.Namespace) -> dict:
     import torch
 
@@ -140,6 +157,8 @@ def run(args: argparse.Namespace) -> dict:
     res["step_times_s"] = [round(t, 5) for t in times]
     res["losses"] = losses
     res["counters"] = _counters()
+    if device == "cuda" and not warming and args.kernel_steps > 0:
+        res["kernel_ms_per_step"] = _kernel_ms_per_step(step, sync, args.kernel_steps)
     if device == "cuda" and not warming:
         res["peak_mem_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
     if args.backend == "pcompile":
@@ -155,6 +174,7 @@ def main() -> int:
     ap.add_argument("--device", default=None, help="cuda (default when available) or cpu")
     ap.add_argument("--amp", choices=("auto", "bf16", "none"), default="auto", help="auto: bf16 autocast on cuda only")
     ap.add_argument("--result", type=Path, default=None, help="write the result JSON here")
+    ap.add_argument("--kernel-steps", type=int, default=5, help="extra profiled steps for GPU kernel time per step (0: off)")
     args = ap.parse_args()
     try:
         res = run(args)

@@ -39,6 +39,7 @@ class Options:
     log_dir: Path | None = None
     warm_args: list[str] = dataclasses.field(default_factory=list)
     stock_remote: bool = True
+    cold_variants: list[tuple[str, dict[str, str]]] = dataclasses.field(default_factory=list)  # extra pcompile cold cases
     deadline: float | None = None  # time.monotonic() by which everything must have ended
     verbose: bool = True
 

@@ -26,6 +26,8 @@ import scenarios
 
 PLOT_CASES = [("stock-cold", "stock cold"), ("pcompile-cold", "pcompile cold"), ("stock-hot", "stock hot (local)"),
               ("pcompile-hot", "pcompile hot (local)"), ("pcompile-after-warm", "pcompile after CPU warm"),
+              ("pcompile-after-warm-bench", "after warm, PCOMPILE_AUTOTUNE=benchmark"),
+              ("pcompile-next-job", "next job after warm"),
               ("pcompile-shared", "pcompile, shared tier only"), ("pcompile-remote", "pcompile, remote tier only")]
 
 
@@ -164,15 +166,15 @@ def markdown(data: dict) -> str:
             met = "" if r["met"] is None else ("yes" if r["met"] else "**no**")
             lines.append(f"| {row['scenario']} | {row['model']} | {r['name']} | {_n(r['value'], 3)} | "
                          f"{'' if r['target'] is None else '≤ ' + str(r['target'])} | {met} |")
-    lines += ["", "### Cases", "", "| scenario | model | case | first step s | steady ms | compile CPU-s | FX hit/miss | "
-              "AOT hit/miss | pcompile lookups hit/all | error |", "|---|---|---|---:|---:|---:|---|---|---|---|"]
+    lines += ["", "### Cases", "", "| scenario | model | case | first step s | steady ms | GPU kernel ms/step | compile CPU-s | "
+              "FX hit/miss | AOT hit/miss | pcompile lookups hit/all | error |", "|---|---|---|---:|---:|---:|---:|---|---|---|---|"]
     for row in data["rows"]:
         for name, c in row.get("cases", {}).items():
             subs = [(f"{name}[{i}]", r) for i, r in enumerate(c["ranks"])] if "ranks" in c else [(name, c)]
             for sub_name, s in subs:
                 st = s.get("steady_step_s")
                 lines.append(f"| {row['scenario']} | {row['model']} | {sub_name} | {_n(s.get('first_step_s'))} | "
-                             f"{_n(st * 1000 if st else None)} | {_n(s.get('compile_cpu_s'))} | "
+                             f"{_n(st * 1000 if st else None)} | {_n(s.get('kernel_ms_per_step'))} | {_n(s.get('compile_cpu_s'))} | "
                              f"{s.get('fxgraph_hit', '')}/{s.get('fxgraph_miss', '')} | {s.get('aot_hit', '')}/{s.get('aot_miss', '')} | "
                              f"{s.get('pcompile_lookups', '')} | "
                              f"{(s.get('error') or '')[:120].replace('|', '/')} |")

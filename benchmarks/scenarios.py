@@ -206,6 +206,23 @@ def _pc_after_warm(p: Plan) -> dict:
     return p.one("pcompile-after-warm", "pcompile", env)
 
 
+def _pc_after_warm_bench(p: Plan) -> dict:
+    """The same first GPU job, but benchmarking the kernels the warm could only predict
+    (PCOMPILE_AUTOTUNE=benchmark): it publishes measured winners to the warm's store."""
+    if p.needs("pcompile-after-warm") is None:
+        return _failed("pcompile-after-warm")
+    env = p.dirs("after-warm-bench").env(pcompile_dir=p.dirs("warm").pcompile)
+    return p.one("pcompile-after-warm-bench", "pcompile", dict(env, PCOMPILE_AUTOTUNE="benchmark"))
+
+
+def _pc_next_job(p: Plan) -> dict:
+    """A later GPU job on another fresh node: the warm's graphs plus the measured winners."""
+    if p.needs("pcompile-after-warm-bench") is None:
+        return _failed("pcompile-after-warm-bench")
+    env = p.dirs("next-job").env(pcompile_dir=p.dirs("warm").pcompile)
+    return p.one("pcompile-next-job", "pcompile", env)
+
+
 def _ranks(p: Plan, backend: str, label: str) -> list[dict]:
     d = p.dirs(label)
     launches = [p.launch(label, backend, d.env(), rank=r) for r in range(p.opts.ranks)]
@@ -222,6 +239,7 @@ _BUILDERS: dict[str, Callable[[Plan], Any]] = {
     "pcompile-populate-tiers": _pc_populate, "pcompile-shared": _pc_shared, "pcompile-remote": _pc_remote,
     "stock-remote-populate": _stock_remote_populate, "stock-remote": _stock_remote,
     "pcompile-warm": _pc_warm, "pcompile-after-warm": _pc_after_warm,
+    "pcompile-after-warm-bench": _pc_after_warm_bench, "pcompile-next-job": _pc_next_job,
     "stock-ranks": lambda p: _ranks(p, "stock", "stock-ranks"),
     "pcompile-ranks": lambda p: _ranks(p, "pcompile", "pcompile-ranks"),
 }
@@ -238,7 +256,7 @@ def summarize(r: dict) -> dict:
     """The columns of one case."""
     if isinstance(r, list):
         return {"ranks": [summarize(x) for x in r]}
-    keys = ("first_step_s", "steady_step_s", "startup_s", "process_wall_s", "wall_s", "compile_cpu_s", "rusage_cpu_s",
+    keys = ("first_step_s", "steady_step_s", "kernel_ms_per_step", "startup_s", "process_wall_s", "wall_s", "compile_cpu_s", "rusage_cpu_s",
             "machine_cpu_s_all", "peak_mem_gib", "gpu", "torch", "triton", "cuda", "device", "amp", "description",
             "params_m", "gpu_used_by_warm", "error", "log")
     out = {k: r[k] for k in keys if r.get(k) is not None}
@@ -252,6 +270,7 @@ def summarize(r: dict) -> dict:
     if isinstance(r.get("events"), dict) and r["events"].get("lookups"):
         lk = r["events"]["lookups"]
         out["pcompile_lookups"] = f"{sum(x['hit'] for x in lk)}/{sum(x['n'] for x in lk)}"
+        out["pcompile_lookups_by_layer"] = {f"{x.get('layer')}/{x.get('tier')}": f"{x['hit']}/{x['n']}" for x in lk}
     if isinstance(r.get("events"), dict):
         out["pcompile_events"] = {k: r["events"].get(k) for k in ("job", "log", "graph_outcomes", "kernel_outcomes", "saved", "error")}
     return out
@@ -272,7 +291,9 @@ def _loss_delta(a: dict, b: dict) -> float | None:
 
 def _common(stock: dict, pc: dict) -> list[dict]:
     out = [_ratio("steady-state step, pcompile / stock", pc.get("steady_step_s"), stock.get("steady_step_s"), None,
-                  "should be 1.0 within noise: same kernels")]
+                  "should be 1.0 within noise: same kernels"),
+           _ratio("GPU kernel time per step, pcompile / stock", pc.get("kernel_ms_per_step"),
+                  stock.get("kernel_ms_per_step"), None, "profiler; same kernels give 1.0")]
     d = _loss_delta(stock, pc)
     out.append({"name": "max abs loss difference over the steps", "value": d, "target": None, "met": None,
                 "note": "bf16 noise expected" if d is not None else "not measured"})
@@ -290,9 +311,16 @@ def scenario(name: str, p: Plan) -> dict:
 
 def _cold(p: Plan):
     s, c = p.case("stock-cold"), p.case("pcompile-cold")
-    return ({"stock-cold": s, "pcompile-cold": c},
-            [_ratio("first step, pcompile cold / stock cold", c.get("first_step_s"), s.get("first_step_s"), 0.7)]
-            + _common(s, c), [])
+    cases = {"stock-cold": s, "pcompile-cold": c}
+    ratios = [_ratio("first step, pcompile cold / stock cold", c.get("first_step_s"), s.get("first_step_s"), 0.7)]
+    for label, env in p.opts.cold_variants:  # diagnostics: the same cold case with some settings changed
+        name = f"pcompile-cold-{label}"
+        if name not in p.memo:
+            p.memo[name] = p.one(name, "pcompile", dict(p.dirs(name).env(), **env))
+        cases[name] = v = p.memo[name]
+        ratios.append(_ratio(f"first step, pcompile cold ({label}: {' '.join(f'{k}={x}' for k, x in env.items())}) / stock cold",
+                             v.get("first_step_s"), s.get("first_step_s"), None))
+    return cases, ratios + _common(s, c), []
 
 
 def _hot(p: Plan):
@@ -318,9 +346,20 @@ def _warm(p: Plan):
         sc_ = summarize(c)
         notes.append(f"GPU job after warm: FX graph misses {sc_['fxgraph_miss']}, AOTAutograd misses {sc_['aot_miss']}, "
                      f"pcompile lookups hit {sc_.get('pcompile_lookups', '-')} (target: every graph a hit)")
-    return ({"pcompile-warm": w, "pcompile-after-warm": c, "stock-cold": sc, "stock-hot": s},
-            [_ratio("first step, after warm / stock hot", c.get("first_step_s"), s.get("first_step_s"), 1.1),
-             _ratio("first step, after warm / stock cold", c.get("first_step_s"), sc.get("first_step_s"), None)]
+    b, n = p.case("pcompile-after-warm-bench"), p.case("pcompile-next-job")
+    return ({"pcompile-warm": w, "pcompile-after-warm": c, "pcompile-after-warm-bench": b, "pcompile-next-job": n,
+             "stock-cold": sc, "stock-hot": s},
+            [_ratio("first step, after warm / stock hot", c.get("first_step_s"), s.get("first_step_s"), 1.1,
+                    "predicted autotune winners (default)"),
+             _ratio("first step, after warm / stock cold", c.get("first_step_s"), sc.get("first_step_s"), None),
+             _ratio("first step, after warm, PCOMPILE_AUTOTUNE=benchmark / stock hot", b.get("first_step_s"),
+                    s.get("first_step_s"), 1.1, "benchmarks the predicted kernels, publishes winners"),
+             _ratio("first step, next job after that / stock hot", n.get("first_step_s"), s.get("first_step_s"), 1.1,
+                    "measured winners from the job before"),
+             _ratio("GPU kernel time per step, predicted winners / measured winners", c.get("kernel_ms_per_step"),
+                    b.get("kernel_ms_per_step"), None, "the cost of not benchmarking"),
+             _ratio("GPU kernel time per step, predicted winners / stock hot", c.get("kernel_ms_per_step"),
+                    s.get("kernel_ms_per_step"), None)]
             + _common(sc, c), notes)
 
 
@@ -401,11 +440,21 @@ def add_args(ap: argparse.ArgumentParser, default_models: str = "gpt2,llama,resn
     ap.add_argument("--timeout", type=float, default=1200.0, help="seconds per case")
     ap.add_argument("--work-dir", type=Path, default=None, help="where fresh cache dirs go (default: a new temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the work dir (cache dirs, logs, per-case JSON)")
+    ap.add_argument("--cold-variant", action="append", default=[], dest="cold_variants", metavar="LABEL:K=V[,K=V]",
+                    help="an extra pcompile cold case with these environment variables (repeat), e.g. pool-off:PCOMPILE_POOL=off")
     ap.add_argument("--warm-arg", action="append", default=[], dest="warm_args",
                     help="extra argument for `pcompile warm` (repeat), e.g. --warm-arg=--target --warm-arg=h100.json")
     ap.add_argument("--no-stock-remote", action="store_true", help="remote scenario: skip stock's own Redis cache")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
     ap._default_models = default_models  # type: ignore[attr-defined]
+
+
+def _variant(text: str) -> tuple[str, dict[str, str]]:
+    label, _, assigns = text.partition(":")
+    env = dict(a.split("=", 1) for a in assigns.split(",") if "=" in a)
+    if not label or not env or not label.replace("-", "").isalnum():
+        raise SystemExit(f"--cold-variant {text!r}: expected LABEL:NAME=VALUE[,NAME=VALUE], e.g. pool-off:PCOMPILE_POOL=off")
+    return label, env
 
 
 def options(args: argparse.Namespace, default_models: str) -> Options:
@@ -416,7 +465,8 @@ def options(args: argparse.Namespace, default_models: str) -> Options:
                    steps=args.steps or (3 if args.quick else 20),
                    device=args.device or ("cpu" if args.quick else None), amp=args.amp,
                    ranks=args.ranks or (2 if args.quick else 4), timeout_s=args.timeout, work_dir=work,
-                   log_dir=work / "logs", warm_args=list(args.warm_args), stock_remote=not args.no_stock_remote)
+                   log_dir=work / "logs", warm_args=list(args.warm_args), stock_remote=not args.no_stock_remote,
+                   cold_variants=[_variant(v) for v in args.cold_variants])
 
 
 def run_scenarios(names: list[str], opts: Options, on_row: Callable[[dict], None] | None = None,

@@ -32,12 +32,21 @@ cache = AutotuneCache.create(meta, filename, "confighash0123")
 out = {"remote": cache.remote_cache is not None}
 if mode == "save":
     cache.save(configs[1], time_taken_ns=5_000_000)
+elif mode == "predict":
+    import types
+    from pcompile.inductor import remote_backend
+    from pcompile.inductor.compat import autotune_choice
+    # the two attributes of a CachingAutotuner the prediction reads, around a real AutotuneCache
+    kernel = types.SimpleNamespace(save_cache_hook=cache.save, inductor_meta=meta, configs=configs)
+    out["published"] = autotune_choice.publish_prediction(kernel, remote_backend.predicting)
+    out["local_files"] = sorted(os.listdir(kernel_dir))
 else:
     best = cache.read_best(meta, configs)
     out["best"] = None if best is None else {"kwargs": best.kwargs, "num_warps": best.num_warps}
 from pcompile.store.tiered import default_store
 st = default_store()
 out["autotune"] = st.stats.data["layers"]["autotune"]
+out["predicted"] = st.stats.data["layers"].get("autotune-predicted")
 from pcompile.inductor import flight
 out["held"] = flight.held_keys()
 print("PCOMPILE_RESULT " + json.dumps(out))
@@ -56,3 +65,44 @@ def test_best_config_saved_in_one_process_is_read_in_another(tmp_path: Path) -> 
     assert read["autotune"] == {"hits": 1, "misses": 0} and read["held"] == []
     missing, _ = t.run(script, "read", t.clean_env(PCOMPILE_CACHE_DIR=str(tmp_path / "empty")), args=[str(tmp_path / "k3")])
     assert missing["best"] is None and missing["autotune"] == {"hits": 0, "misses": 1} and missing["held"] == []
+
+
+def test_warm_prediction_serves_until_a_measured_winner_exists(tmp_path: Path) -> None:
+    """A prediction (what a CPU-only warm files) is read by default, ignored under
+    PCOMPILE_AUTOTUNE=benchmark, never written to Inductor's local file, and loses to a
+    measured winner once one is published."""
+    script = t.write_script(tmp_path / "app", "autotune.py", SCRIPT)
+    env = t.clean_env(PCOMPILE_CACHE_DIR=str(tmp_path / "pc"), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "ind"))
+    pred, _ = t.run(script, "predict", env, args=[str(tmp_path / "k1")])
+    assert pred["published"] is True and pred["local_files"] == []
+    read, _ = t.run(script, "read", env, args=[str(tmp_path / "k2")])
+    assert read["best"] == {"kwargs": {"XBLOCK": 128}, "num_warps": 4}  # pointwise: Inductor's first config
+    assert read["autotune"] == {"hits": 0, "misses": 1} and read["predicted"] == {"hits": 1, "misses": 0}
+    bench, _ = t.run(script, "read", {**env, "PCOMPILE_AUTOTUNE": "benchmark"}, args=[str(tmp_path / "k3")])
+    assert bench["best"] is None and bench["predicted"] is None
+    t.run(script, "save", env, args=[str(tmp_path / "k4")])
+    measured, _ = t.run(script, "read", env, args=[str(tmp_path / "k5")])
+    assert measured["best"] == {"kwargs": {"XBLOCK": 1024}, "num_warps": 8}
+    assert measured["autotune"] == {"hits": 1, "misses": 0} and measured["predicted"] is None
+
+
+def test_reduction_prediction_is_inductors_deterministic_pick() -> None:
+    from torch._inductor.runtime.triton_compat import Config
+    from torch._inductor.runtime.triton_heuristics import filter_reduction_configs_for_determinism
+
+    from pcompile.inductor.compat import autotune_choice
+
+    configs = [Config({"XBLOCK": 1, "R0_BLOCK": 2048}, num_warps=16, num_stages=1),
+               Config({"XBLOCK": 64, "R0_BLOCK": 8}, num_warps=4, num_stages=1),
+               Config({"XBLOCK": 8, "R0_BLOCK": 512}, num_warps=8, num_stages=1)]
+    chosen = autotune_choice.predict(configs, {})
+    assert chosen is filter_reduction_configs_for_determinism({"deterministic": True}, configs)[0]
+    assert chosen.kwargs == {"XBLOCK": 8, "R0_BLOCK": 512}  # second-largest R0_BLOCK
+    pointwise = [Config({"XBLOCK": 1024}, num_warps=4, num_stages=1), Config({"XBLOCK": 512}, num_warps=4, num_stages=1)]
+    assert autotune_choice.predict(pointwise, {}) is pointwise[0]
+
+
+def test_autotune_choice_compat_check_passes_here() -> None:
+    from pcompile.inductor.compat import autotune_choice
+
+    autotune_choice.check()

@@ -37,6 +37,9 @@ def test_rank0_of_8_with_collectives_warms(tmp_path):
     assert rep["status"] == "stopped" and rep["steps_done"] == 2
     assert rep["counters"]["inductor"]["fxgraph_cache_miss"] == 2
     assert rep["counters"]["aot_autograd"].get("autograd_cache_saved", 0) + res["written"]["aotautograd"] >= 1
+    # kernels with several configs get Inductor's no-benchmark choice filed as a prediction
+    assert rep["autotune_unselected"] and rep["autotune_predicted"] == len(rep["autotune_unselected"])
+    assert "predicted" in log
 
 
 def test_compiled_ddp_rank0_of_4_warms(tmp_path):

@@ -150,13 +150,16 @@ def held_lease(name: str | Key) -> Lease | None:
     return held.lease if held is not None else None
 
 
-def _record_hit(st: Any, entry: Entry) -> None:
-    st.stats.layer(entry.key.layer, hit=True)
+def _record_hit(st: Any, entry: Entry, stats_layer: str | None = None) -> None:
+    st.stats.layer(stats_layer or entry.key.layer, hit=True)
     st.stats.add(saved_seconds=entry.compile_seconds)
 
 
-def lookup(kind: str, inductor_key: str, *, single_flight: bool = True) -> Entry | None:
-    """The stored entry for Inductor's key, waiting out another process's compile; None = miss."""
+def lookup(kind: str, inductor_key: str, *, single_flight: bool = True, stats_layer: str | None = None) -> Entry | None:
+    """The stored entry for Inductor's key, waiting out another process's compile; None = miss.
+
+    `stats_layer` counts the lookup under another name than the key's layer (predicted winners).
+    """
     st = store()
     if st is None:
         return None
@@ -166,7 +169,7 @@ def lookup(kind: str, inductor_key: str, *, single_flight: bool = True) -> Entry
         warn_once(f"key:{kind}", f"pcompile: cannot compute {kind} keys ({exc}); that layer runs uncached")
         return None
     _release_stale(kind)
-    fields = {"layer": key.layer, "tier": "store", "key": str(key), "artifact": kind}
+    fields = {"layer": stats_layer or key.layer, "tier": "store", "key": str(key), "artifact": kind}
     try:
         with span("cache_lookup", **fields) as ev:
             t0 = now()
@@ -182,12 +185,12 @@ def lookup(kind: str, inductor_key: str, *, single_flight: bool = True) -> Entry
                 elif isinstance(got, Lease):
                     _hold(key, got, kind)
             if entry is not None:
-                _record_hit(st, entry)
+                _record_hit(st, entry, stats_layer)
                 ev.outcome = "hit"
                 ev.saved_s = entry.compile_seconds
                 _note("hits")
                 return entry
-            st.stats.layer(key.layer, hit=False)
+            st.stats.layer(stats_layer or key.layer, hit=False)
             ev.outcome = "miss"
             _note("misses")
             return None

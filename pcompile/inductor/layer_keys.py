@@ -51,12 +51,15 @@ _BUILDERS = {
     "graph": _graph_fingerprint,
     "autograd": _graph_fingerprint,
     "autotune": lambda: fingerprint(IN_KEY, {"inductor_layer": "autotune"}),
+    # a warm host's no-benchmark choice: same Inductor key, never the same pcompile key as a measured winner
+    "autotune_predicted": lambda: fingerprint(IN_KEY, {"inductor_layer": "autotune-predicted"}),
     "triton": lambda: fingerprint(IN_KEY, {"inductor_layer": "triton"}),
     "cpp": _cpp_fingerprint,
 }
 
 #: fingerprint kind -> pcompile layer
-LAYER_OF = {"graph": "graph", "autograd": "autograd", "autotune": "autotune", "triton": "kernel", "cpp": "kernel"}
+LAYER_OF = {"graph": "graph", "autograd": "autograd", "autotune": "autotune", "autotune_predicted": "autotune",
+            "triton": "kernel", "cpp": "kernel"}
 
 
 def layer_fingerprint(kind: str) -> dict[str, str]:

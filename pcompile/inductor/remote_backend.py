@@ -10,11 +10,20 @@ Single-flight applies to the graph and autograd layers. It does not to autotune 
 result is written only after benchmarking on a GPU, at the kernel's first launch, and often
 never (kernels with one config), so a lease taken at the lookup would make other ranks wait
 for a publish that may not come. Autotune lookups are plain reads.
+
+Predicted winners: a warm host cannot benchmark, so it files Inductor's own no-benchmark choice
+under a separate key (`predicting()`, from compat/autotune_choice.py). A GPU job whose measured
+winner is missing uses the prediction (`PCOMPILE_AUTOTUNE=predicted`, the default: the first step
+then skips benchmarking) or ignores it (`PCOMPILE_AUTOTUNE=benchmark`: benchmark at first launch
+and publish the measured winner, which every later job prefers over the prediction).
 """
 from __future__ import annotations
 
+import contextlib
 import json
-from typing import Any
+import os
+import threading
+from typing import Any, Iterator
 
 from pcompile.inductor import flight
 from pcompile.inductor.compat import remote_cache as compat
@@ -29,6 +38,39 @@ _LAYERS: dict[str, tuple[str, bool]] = {
 
 BLOB = "value"
 _classes: dict[str, type] = {}
+
+ENV_AUTOTUNE = "PCOMPILE_AUTOTUNE"
+AUTOTUNE_POLICIES = ("predicted", "benchmark")
+_tls = threading.local()
+
+
+def autotune_policy() -> str:
+    """PCOMPILE_AUTOTUNE: whether a missing measured winner may be replaced by a warm's prediction."""
+    raw = (os.environ.get(ENV_AUTOTUNE) or "predicted").strip().lower()
+    if raw not in AUTOTUNE_POLICIES:
+        from pcompile.inductor.gate import warn_once
+
+        warn_once("autotune-policy", f"pcompile: {ENV_AUTOTUNE}={raw!r} is not one of {', '.join(AUTOTUNE_POLICIES)}; "
+                  "using 'predicted'")
+        return "predicted"
+    return raw
+
+
+@contextlib.contextmanager
+def predicting() -> Iterator[None]:
+    """Autotune puts in this block (this thread) are predictions, not measured winners."""
+    _tls.predicting = True
+    try:
+        yield
+    finally:
+        _tls.predicting = False
+
+
+def _predicted_lookup(key: str) -> bytes | None:
+    if autotune_policy() != "predicted":
+        return None
+    entry = flight.lookup("autotune_predicted", key, single_flight=False, stats_layer="autotune-predicted")
+    return None if entry is None else entry.blobs.get(BLOB)
 
 
 def _time_taken(data: bytes) -> float | None:
@@ -53,7 +95,7 @@ def backend_class(layer: str) -> type:
     def _get(self: Any, key: str) -> bytes | None:
         entry = flight.lookup(kind, key, single_flight=single_flight)
         if entry is None:
-            return None
+            return _predicted_lookup(key) if layer == "autotune" else None
         return entry.blobs.get(BLOB)
 
     def _put(self: Any, key: str, data: Any) -> None:
@@ -62,6 +104,10 @@ def backend_class(layer: str) -> type:
         if not isinstance(data, (bytes, bytearray)):
             return  # torch's serde always gives bytes; anything else is not ours to store
         data = bytes(data)
+        if layer == "autotune" and getattr(_tls, "predicting", False):
+            flight.publish("autotune_predicted", key, {BLOB: data}, compiled=False,
+                           meta={"inductor_key": key, "source": "pcompile.warm.predicted", "predicted": True})
+            return
         flight.publish(kind, key, {BLOB: data}, meta={"inductor_key": key, "source": f"inductor.{layer}"},
                        compile_seconds=_time_taken(data))
 

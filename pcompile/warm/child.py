@@ -119,6 +119,21 @@ def _user_line_from_tb(exc: BaseException) -> str | None:
     return None
 
 
+def _predict_winner(autotuner: Any) -> bool:
+    """File Inductor's no-benchmark choice for this kernel in pcompile's store (never raises)."""
+    try:
+        from pcompile.inductor import compat as inductor_compat
+        from pcompile.inductor import remote_backend
+        from pcompile.inductor.compat import autotune_choice
+
+        if inductor_compat.check("autotune_choice") is not None:
+            return False
+        return autotune_choice.publish_prediction(autotuner, remote_backend.predicting)
+    except Exception as exc:
+        print(f"pcompile warm: could not predict an autotune winner ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return False
+
+
 def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict) -> Any:
     """Install every compat adjustment; returns the FakeTensorMode the script runs under."""
     from pcompile.inductor.graph_normalize import normalize_placeholder_types
@@ -127,8 +142,14 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
     unselected: dict[str, int] = report["autotune_unselected"]
     report["pad_mm_guessed"] = 0
 
-    def on_unselected(name: str, n: int) -> None:
+    predicted: set[str] = set()
+    report["autotune_predicted"] = 0
+
+    def on_unselected(name: str, n: int, autotuner: Any) -> None:
         unselected[name] = n
+        if name not in predicted and _predict_winner(autotuner):
+            predicted.add(name)
+            report["autotune_predicted"] = len(predicted)
 
     def on_pad_guess() -> None:
         report["pad_mm_guessed"] += 1

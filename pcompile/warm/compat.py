@@ -159,10 +159,10 @@ def route_wrapper_allocations() -> None:
     g._pcompile_routed = True
 
 
-def skip_kernel_launches(on_unselected: Callable[[str, int], None]) -> None:
+def skip_kernel_launches(on_unselected: Callable[[str, int, Any], None]) -> None:
     """CachingAutotuner.run launches (and, with several configs, benchmarks) a Triton kernel. On
-    the virtual device it must do neither; `on_unselected(name, n_configs)` records kernels whose
-    autotune winner could therefore not be picked."""
+    the virtual device it must do neither; `on_unselected(name, n_configs, autotuner)` sees kernels
+    whose autotune winner could therefore not be measured (and may predict one)."""
     from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 
     if getattr(CachingAutotuner.run, "_pcompile", False):
@@ -171,7 +171,7 @@ def skip_kernel_launches(on_unselected: Callable[[str, int], None]) -> None:
     def run(self: Any, *args: Any, **kwargs: Any) -> None:
         n = len(getattr(self, "launchers", None) or getattr(self, "compile_results", None) or self.configs or [])
         if n > 1:
-            on_unselected(getattr(self.fn, "__name__", "?"), n)
+            on_unselected(getattr(self.fn, "__name__", "?"), n, self)
         return None
 
     run._pcompile = True  # type: ignore[attr-defined]

@@ -43,7 +43,13 @@ def report_lines(result: Any, check: bool = False) -> list[str]:
     out.append(f"pcompile backend: {r.get('pcompile_backend', '?')}")
     unsel = r.get("autotune_unselected", {})
     if unsel:
-        out.append(f"not warmed: autotune winners of {len(unsel)} kernels with several configs (all configs compiled; the GPU job benchmarks once, then caches)")
+        n_pred = int(r.get("autotune_predicted", 0))
+        if n_pred:
+            out.append(f"autotune: winners of {len(unsel)} kernels with several configs need GPU timings; predicted {n_pred} "
+                       "(Inductor's no-benchmark choice; the GPU job uses them unless PCOMPILE_AUTOTUNE=benchmark)")
+        if n_pred < len(unsel):
+            out.append(f"not warmed: autotune winners of {len(unsel) - n_pred} kernels with several configs "
+                       "(all configs compiled; the GPU job benchmarks once, then caches)")
     if r.get("cudagraphs_skipped"):
         out.append(f"not warmed: CUDA graph capture of {r['cudagraphs_skipped']} graphs (reduce-overhead) happens on the GPU's first runs; the graphs themselves are warmed")
     if r.get("pad_mm_guessed"):

@@ -19,6 +19,7 @@ MODULES: tuple[str, ...] = (
     "lazy_backward",
     "cpu_isa",
     "cache_dir",
+    "autotune_choice",
 )
 
 

@@ -1,0 +1,91 @@
+"""Choosing and publishing an autotune winner without a GPU (the warm host's "prediction").
+
+Why: a kernel with several configs is benchmarked on the GPU at its first launch unless its
+winner is cached, and a CPU-only warm cannot benchmark. What Inductor itself does when it may
+not benchmark is the prediction: for reductions, the pick of
+`filter_reduction_configs_for_determinism` (the config deterministic mode uses); for other
+kernels, the first config (what `autotune_pointwise=False` uses). The prediction is saved through
+the kernel's own `AutotuneCache.save` (same JSON, same remote key) with the local file and the
+mega-cache artifact switched off for that call, so only pcompile's store sees it, and there under
+a key of its own (`remote_backend.predicting`), never as a measured winner.
+
+Touched (torch 2.11.0 and 2.14.1, both checked):
+  torch._inductor.runtime.triton_heuristics.{CachingAutotuner.save_cache_hook (bound
+      AutotuneCache.save), .launchers, .compile_results, .configs, .inductor_meta,
+      filter_reduction_configs_for_determinism}
+  torch._inductor.runtime.autotune_cache.AutotuneCache.{save, local_cache, remote_cache,
+      _record_artifact}
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from pcompile.inductor.compat import CompatError, require_attr
+
+_REDUCTION_BLOCKS = ("R0_BLOCK", "R1_BLOCK", "RBLOCK")
+
+
+def check() -> None:
+    from torch._inductor.runtime import autotune_cache, triton_heuristics
+
+    require_attr(triton_heuristics, "filter_reduction_configs_for_determinism", "triton_heuristics")
+    require_attr(triton_heuristics, "CachingAutotuner", "triton_heuristics")
+    cache_cls = require_attr(autotune_cache, "AutotuneCache", "autotune_cache")
+    for name in ("save", "_record_artifact", "read_best"):
+        require_attr(cache_cls, name, "AutotuneCache")
+    import inspect
+
+    params = list(inspect.signature(cache_cls.save).parameters)
+    if params[:3] != ["self", "config", "time_taken_ns"] or "triton_cache_hash" not in params:
+        raise CompatError(f"AutotuneCache.save{tuple(params)} changed; update pcompile/inductor/compat/autotune_choice.py")
+
+
+def _candidates(autotuner: Any) -> list[tuple[Any, Any]]:
+    """(config, launcher-or-None) for every config the kernel would benchmark."""
+    launchers = list(getattr(autotuner, "launchers", None) or [])
+    if launchers:
+        return [(launcher.config, launcher) for launcher in launchers]
+    results = list(getattr(autotuner, "compile_results", None) or [])
+    if results:
+        return [(r.config, None) for r in results]
+    return [(c, None) for c in (getattr(autotuner, "configs", None) or [])]
+
+
+def predict(configs: list[Any], inductor_meta: dict[str, Any]) -> Any:
+    """Inductor's own no-benchmark choice among `configs`."""
+    if any(any(b in c.kwargs for b in _REDUCTION_BLOCKS) for c in configs):
+        from torch._inductor.runtime.triton_heuristics import filter_reduction_configs_for_determinism
+
+        return filter_reduction_configs_for_determinism({**inductor_meta, "force_filter_reduction_configs": True},
+                                                        list(configs))[0]
+    return configs[0]
+
+
+def publish_prediction(autotuner: Any, predicting: Callable[[], Any]) -> bool:
+    """Save the predicted winner of a multi-config kernel to the remote (pcompile) cache only.
+
+    `predicting` is a context manager under which pcompile's autotune backend files the write as a
+    prediction. False when there is nothing to predict (one config, coordinate descent on: its
+    result depends on timings) or no remote autotune cache.
+    """
+    hook = getattr(autotuner, "save_cache_hook", None)
+    cache = getattr(hook, "__self__", None)
+    meta = dict(getattr(autotuner, "inductor_meta", None) or {})
+    candidates = _candidates(autotuner)
+    if cache is None or not getattr(cache, "remote_cache", None) or len(candidates) < 2:
+        return False
+    if meta.get("coordinate_descent_tuning"):
+        return False
+    chosen = predict([c for c, _ in candidates], meta)
+    launcher = next((lch for c, lch in candidates if c is chosen), None)
+    saved_local = cache.local_cache
+    cache.local_cache = None
+    cache._record_artifact = lambda data: None  # instance attribute: shadows the method for this call
+    try:
+        with predicting():
+            cache.save(chosen, 0, found_by_coordesc=False,
+                       triton_cache_hash=getattr(launcher, "cache_hash", None))
+    finally:
+        cache.local_cache = saved_local
+        del cache._record_artifact
+    return True
