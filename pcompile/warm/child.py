@@ -119,14 +119,16 @@ def _user_line_from_tb(exc: BaseException) -> str | None:
     return None
 
 
-def _predict_winner(autotuner: Any) -> bool:
+def _predict_winner(autotuner: Any, report: dict[str, Any]) -> bool:
     """File Inductor's no-benchmark choice for this kernel in pcompile's store (never raises)."""
     try:
         from pcompile.inductor import compat as inductor_compat
         from pcompile.inductor import remote_backend
         from pcompile.inductor.compat import autotune_choice
 
-        if inductor_compat.check("autotune_choice") is not None:
+        reason = inductor_compat.check("autotune_choice")
+        if reason is not None:
+            report["autotune_predict_error"] = reason
             return False
         return autotune_choice.publish_prediction(autotuner, remote_backend.predicting)
     except Exception as exc:
@@ -147,7 +149,7 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
 
     def on_unselected(name: str, n: int, autotuner: Any) -> None:
         unselected[name] = n
-        if name not in predicted and _predict_winner(autotuner):
+        if name not in predicted and _predict_winner(autotuner, report):
             predicted.add(name)
             report["autotune_predicted"] = len(predicted)
 

@@ -48,8 +48,9 @@ def report_lines(result: Any, check: bool = False) -> list[str]:
             out.append(f"autotune: winners of {len(unsel)} kernels with several configs need GPU timings; predicted {n_pred} "
                        "(Inductor's no-benchmark choice; the GPU job uses them unless PCOMPILE_AUTOTUNE=benchmark)")
         if n_pred < len(unsel):
+            why = f"; no prediction: {r['autotune_predict_error']}" if r.get("autotune_predict_error") else ""
             out.append(f"not warmed: autotune winners of {len(unsel) - n_pred} kernels with several configs "
-                       "(all configs compiled; the GPU job benchmarks once, then caches)")
+                       f"(all configs compiled; the GPU job benchmarks once, then caches{why})")
     if r.get("cudagraphs_skipped"):
         out.append(f"not warmed: CUDA graph capture of {r['cudagraphs_skipped']} graphs (reduce-overhead) happens on the GPU's first runs; the graphs themselves are warmed")
     if r.get("pad_mm_guessed"):

@@ -14,7 +14,7 @@ Touched (torch 2.11.0 and 2.14.1, both checked):
       AutotuneCache.save), .launchers, .compile_results, .configs, .inductor_meta,
       filter_reduction_configs_for_determinism}
   torch._inductor.runtime.autotune_cache.AutotuneCache.{save, local_cache, remote_cache,
-      _record_artifact}
+      _record_artifact (2.14; 2.11 records mega-cache artifacts only inside the local branch)}
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def check() -> None:
     require_attr(triton_heuristics, "filter_reduction_configs_for_determinism", "triton_heuristics")
     require_attr(triton_heuristics, "CachingAutotuner", "triton_heuristics")
     cache_cls = require_attr(autotune_cache, "AutotuneCache", "autotune_cache")
-    for name in ("save", "_record_artifact", "read_best"):
+    for name in ("save", "read_best"):  # _record_artifact: 2.14 only (2.11 records inside the local branch)
         require_attr(cache_cls, name, "AutotuneCache")
     import inspect
 
@@ -80,12 +80,15 @@ def publish_prediction(autotuner: Any, predicting: Callable[[], Any]) -> bool:
     launcher = next((lch for c, lch in candidates if c is chosen), None)
     saved_local = cache.local_cache
     cache.local_cache = None
-    cache._record_artifact = lambda data: None  # instance attribute: shadows the method for this call
+    shadow = hasattr(cache, "_record_artifact")
+    if shadow:
+        cache._record_artifact = lambda data: None  # instance attribute: shadows the method for this call
     try:
         with predicting():
             cache.save(chosen, 0, found_by_coordesc=False,
                        triton_cache_hash=getattr(launcher, "cache_hash", None))
     finally:
         cache.local_cache = saved_local
-        del cache._record_artifact
+        if shadow:
+            del cache._record_artifact
     return True
