@@ -3,6 +3,11 @@
 Every forked worker inherits what this computed: Triton's compiler modules, and the software
 fingerprint (hashing libtriton, loading cuDNN to read its version) that each store key needs.
 Without it each of N workers repeats seconds of that work on its first job.
+
+It also points Inductor's remote autotune cache at the store in the workers. A kernel's
+AutotuneCache is created where its module is imported, i.e. in the worker, and pickled back with
+its remote handle only if it had one; torch 2.11 does not re-check in the parent (2.14 does), so
+without this every pool-compiled kernel on 2.11 would neither read nor save autotune winners.
 """
 from __future__ import annotations
 
@@ -18,6 +23,13 @@ def _prewarm() -> None:
         for kind in ("triton", "autotune"):
             layer_fingerprint(kind)
     except Exception:  # a worker that cannot prewarm still compiles; it just pays later
+        pass
+    try:
+        from pcompile.inductor import compat, remote_backend
+
+        if compat.check("remote_cache") is None:
+            remote_backend.install()
+    except Exception:  # autotune results then stay out of the store for pool-compiled kernels
         pass
 
 

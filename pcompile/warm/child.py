@@ -143,6 +143,7 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
 
     unselected: dict[str, int] = report["autotune_unselected"]
     report["pad_mm_guessed"] = 0
+    report["pad_mm_prediction"] = compat.pad_mm_prediction()
 
     predicted: set[str] = set()
     report["autotune_predicted"] = 0

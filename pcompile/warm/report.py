@@ -54,8 +54,9 @@ def report_lines(result: Any, check: bool = False) -> list[str]:
     if r.get("cudagraphs_skipped"):
         out.append(f"not warmed: CUDA graph capture of {r['cudagraphs_skipped']} graphs (reduce-overhead) happens on the GPU's first runs; the graphs themselves are warmed")
     if r.get("pad_mm_guessed"):
-        out.append(f"not warmed: {r['pad_mm_guessed']} pad_mm decisions need GPU timing; took \"don't pad\" (same results; "
-                   "a GPU job that hits these graphs keeps that choice)")
+        choice = r.get("pad_mm_prediction", "pad")
+        out.append(f"predicted: {r['pad_mm_guessed']} pad_mm decisions need GPU timing; took \"{choice}\" (same results; "
+                   "a GPU job that hits these graphs keeps that choice; PCOMPILE_WARM_PAD_MM=pad|nopad)")
     if r.get("max_autotune"):
         out.append("not warmed: max-autotune / coordinate-descent choices need GPU timings; run the GPU job once to fill them")
     for line in result.version_warnings:
