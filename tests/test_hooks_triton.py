@@ -90,3 +90,41 @@ def test_sm90_kernel_compiles_on_cpu_host_and_lands_in_store(tmp_path: Path) -> 
     second, _ = t.run(script, str(source), env(2))
     assert second["kernel"] == {"hits": second["configs"], "misses": 0} and second["compiles"] == 0
     assert second["cubins"] == first["cubins"] and len(second["cubins"]) == first["configs"]
+
+
+NATIVE = r'''
+import json, os, sys
+from pcompile.inductor import hooks
+assert hooks.install_hooks() and "kernel.triton" in hooks.state.layers, hooks.state
+from triton.runtime.build import compile_module_from_src
+src = """
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+static PyObject* answer(PyObject* self, PyObject* args) { return PyLong_FromLong(42); }
+static PyMethodDef M[] = {{"answer", answer, METH_NOARGS, ""}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef D = {PyModuleDef_HEAD_INIT, "pc_native_probe", NULL, -1, M};
+PyMODINIT_FUNC PyInit_pc_native_probe(void) { return PyModule_Create(&D); }
+"""
+mod = compile_module_from_src(src, "pc_native_probe")
+from pcompile.store.tiered import default_store
+st = default_store()
+st.stats.flush()
+sos = [n for _, _, fs in os.walk(os.environ["TRITON_CACHE_DIR"]) for n in fs if n.endswith(".so")]
+print("PCOMPILE_RESULT " + json.dumps({"answer": mod.answer(), "kernel": st.stats.data["layers"]["kernel"], "sos": sos}))
+'''
+
+
+def test_native_modules_come_from_the_store_on_a_fresh_node(tmp_path: Path) -> None:
+    """Triton's host-compiled modules (cuda_utils, launchers) are stored: a process with an empty
+    Triton dir loads the stored .so instead of running the C compiler (CC points at `false`)."""
+    script = t.write_script(tmp_path / "app", "native.py", NATIVE)
+    cache = tmp_path / "pc"
+
+    def env(n: int, **extra: str) -> dict[str, str]:
+        return t.clean_env(PCOMPILE_CACHE_DIR=str(cache), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / f"ind{n}"),
+                           TRITON_CACHE_DIR=str(tmp_path / f"triton{n}"), **extra)
+
+    first, _ = t.run(script, "build", env(1))
+    assert first["answer"] == 42 and first["kernel"] == {"hits": 0, "misses": 1} and len(first["sos"]) == 1
+    second, _ = t.run(script, "load", env(2, CC="/bin/false"))
+    assert second["answer"] == 42 and second["kernel"] == {"hits": 1, "misses": 0} and second["sos"] == first["sos"]

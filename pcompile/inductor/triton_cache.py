@@ -12,6 +12,12 @@ cache dir: Inductor's static launcher opens the .cubin by path) plus the store:
 
 Triton builds one manager per compile; the lease is released at the publish, or when the manager
 is dropped without one (the compile raised).
+
+Native modules (`get_file`/`put` of a `.so`: Triton's `cuda_utils` driver module and any
+per-signature launcher, built with the host C compiler) are stored too, one entry per file: a
+GPU node with an empty Triton dir would otherwise run gcc before its first kernel launch. Triton's
+key for them already holds the source and its `platform_key()`; a stored module that does not
+load on this host makes Triton log a warning and rebuild it, never fail.
 """
 from __future__ import annotations
 
@@ -58,6 +64,24 @@ class StoreCacheManager(compat.file_cache_manager()):  # type: ignore[misc]
             return None
         return self._materialise(filename, entry.blobs)
 
+    def get_file(self, filename: str) -> str | None:
+        found = super().get_file(filename)
+        if found is not None or self._local_only or not _is_native_module(filename):
+            return found
+        entry = flight.lookup("triton", _inductor_key(self.key, filename), single_flight=False)
+        data = None if entry is None else entry.blobs.get(filename)
+        if data is None:
+            return None
+        return super().put(data, filename, binary=True)
+
+    def put(self, data: Any, filename: str, binary: bool = True) -> str:
+        path = super().put(data, filename, binary=binary)
+        if not self._local_only and _is_native_module(filename) and isinstance(data, bytes):
+            flight.publish("triton", _inductor_key(self.key, filename), {filename: data},
+                           meta={"source": "triton", "triton_hash": self.key, "file": filename, "native_module": True},
+                           compiled=True)
+        return path
+
     def _lease_until_done(self, ikey: str) -> None:
         from pcompile.inductor.layer_keys import store_key
 
@@ -72,7 +96,7 @@ class StoreCacheManager(compat.file_cache_manager()):  # type: ignore[misc]
         for name, data in blobs.items():
             if os.sep in name or name.startswith("."):
                 return None  # not a file name Triton produced: refuse rather than write outside
-            group[name] = self.put(data, name, binary=True)
+            group[name] = super().put(data, name, binary=True)
         super().put_group(filename, group)
         return group
 
@@ -94,6 +118,10 @@ class StoreCacheManager(compat.file_cache_manager()):  # type: ignore[misc]
         flight.publish("triton", _inductor_key(self.key, filename), blobs, meta=meta)
         self._leased = None
         return path
+
+
+def _is_native_module(filename: str) -> bool:
+    return filename.endswith(".so") and os.sep not in filename and not filename.startswith(".")
 
 
 def _target_of(metadata: bytes | None) -> str | None:
