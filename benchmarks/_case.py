@@ -141,10 +141,22 @@ def run(args: argparse.Namespace) -> dict:
     res["startup_s"] = round(time.time() - T_START, 3)  # imports + model build, before any compile
     cpu0 = _cpu_seconds()
     times, losses = [], []
+    prof_path = os.environ.get("PCOMPILE_BENCH_PROFILE_DIR")
     for i in range(steps):
         t0 = time.perf_counter()
-        loss = step()
-        sync()
+        if i == 0 and prof_path and not warming:  # diagnostics: where the first step's CPU time goes
+            import cProfile
+
+            prof = cProfile.Profile()
+            prof.enable()
+            loss = step()
+            sync()
+            prof.disable()
+            os.makedirs(prof_path, exist_ok=True)
+            prof.dump_stats(os.path.join(prof_path, f"{args.model}-{args.backend}-{os.getpid()}.prof"))
+        else:
+            loss = step()
+            sync()
         times.append(time.perf_counter() - t0)
         if not warming:
             losses.append(float(loss.detach().float().item()))
