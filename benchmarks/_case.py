@@ -142,6 +142,9 @@ def run(args: argparse.Namespace) -> dict:
     cpu0 = _cpu_seconds()
     times, losses = [], []
     prof_path = os.environ.get("PCOMPILE_BENCH_PROFILE_DIR")
+    only = [x for x in os.environ.get("PCOMPILE_BENCH_PROFILE_LABELS", "").split(",") if x]
+    if only and not (args.result and any(args.result.stem.endswith(x) for x in only)):
+        prof_path = None
     for i in range(steps):
         t0 = time.perf_counter()
         if i == 0 and prof_path and not warming:  # diagnostics: where the first step's CPU time goes
@@ -153,7 +156,7 @@ def run(args: argparse.Namespace) -> dict:
             sync()
             prof.disable()
             os.makedirs(prof_path, exist_ok=True)
-            prof.dump_stats(os.path.join(prof_path, f"{args.model}-{args.backend}-{os.getpid()}.prof"))
+            prof.dump_stats(os.path.join(prof_path, f"{args.result.stem if args.result else args.model}.prof"))
         else:
             loss = step()
             sync()
