@@ -34,6 +34,7 @@ class Options:
     device: str | None = None
     amp: str = "auto"
     ranks: int = 4
+    repeats: int = 1  # warm scenario: stock-hot / after-warm pairs, compared by their medians
     timeout_s: float = 1200.0
     work_dir: Path = Path("/tmp")
     log_dir: Path | None = None
