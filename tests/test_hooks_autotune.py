@@ -106,3 +106,27 @@ def test_autotune_choice_compat_check_passes_here() -> None:
     from pcompile.inductor.compat import autotune_choice
 
     autotune_choice.check()
+
+
+def test_why_no_prediction_is_named() -> None:
+    import types
+
+    from torch._inductor.runtime.triton_compat import Config
+
+    from pcompile.inductor.compat import autotune_choice
+
+    two = [Config({"XBLOCK": 128}, num_warps=4, num_stages=1), Config({"XBLOCK": 64}, num_warps=4, num_stages=1)]
+    assert "no autotune cache" in autotune_choice.why_not(types.SimpleNamespace(configs=two))
+
+    class Cache:  # the shape of an AutotuneCache made without a remote backend
+        remote_cache = None
+
+        def save(self, *args: object, **kwargs: object) -> None:
+            raise AssertionError("a kernel without a remote cache must not be saved")
+
+    kernel = types.SimpleNamespace(save_cache_hook=Cache().save, configs=two)
+    assert "no remote autotune cache" in autotune_choice.why_not(kernel)
+    assert autotune_choice.publish_prediction(kernel, lambda: None) is False
+    kernel.configs = two[:1]
+    Cache.remote_cache = ("remote", "key")
+    assert autotune_choice.why_not(kernel) == "one config"

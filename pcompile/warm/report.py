@@ -48,7 +48,10 @@ def report_lines(result: Any, check: bool = False) -> list[str]:
             out.append(f"autotune: winners of {len(unsel)} kernels with several configs need GPU timings; predicted {n_pred} "
                        "(Inductor's no-benchmark choice; the GPU job uses them unless PCOMPILE_AUTOTUNE=benchmark)")
         if n_pred < len(unsel):
-            why = f"; no prediction: {r['autotune_predict_error']}" if r.get("autotune_predict_error") else ""
+            reasons = sorted(set((r.get("autotune_not_predicted") or {}).values()))
+            if r.get("autotune_predict_error"):
+                reasons.insert(0, str(r["autotune_predict_error"]))
+            why = f"; no prediction: {'; '.join(reasons)}" if reasons else ""
             out.append(f"not warmed: autotune winners of {len(unsel) - n_pred} kernels with several configs "
                        f"(all configs compiled; the GPU job benchmarks once, then caches{why})")
     if r.get("cudagraphs_skipped"):

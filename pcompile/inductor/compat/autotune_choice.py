@@ -51,6 +51,20 @@ def _candidates(autotuner: Any) -> list[tuple[Any, Any]]:
     return [(c, None) for c in (getattr(autotuner, "configs", None) or [])]
 
 
+def why_not(autotuner: Any) -> str | None:
+    """Why no prediction can be filed for this kernel, or None if one can."""
+    cache = getattr(getattr(autotuner, "save_cache_hook", None), "__self__", None)
+    if cache is None:
+        return "no autotune cache (Inductor made none for this kernel)"
+    if not getattr(cache, "remote_cache", None):
+        return "no remote autotune cache (pcompile's store is not Inductor's autotune backend in this process)"
+    if len(_candidates(autotuner)) < 2:
+        return "one config"
+    if (getattr(autotuner, "inductor_meta", None) or {}).get("coordinate_descent_tuning"):
+        return "coordinate descent tuning (its result depends on timings)"
+    return None
+
+
 def predict(configs: list[Any], inductor_meta: dict[str, Any]) -> Any:
     """Inductor's own no-benchmark choice among `configs`."""
     if any(any(b in c.kwargs for b in _REDUCTION_BLOCKS) for c in configs):
@@ -65,17 +79,14 @@ def publish_prediction(autotuner: Any, predicting: Callable[[], Any]) -> bool:
     """Save the predicted winner of a multi-config kernel to the remote (pcompile) cache only.
 
     `predicting` is a context manager under which pcompile's autotune backend files the write as a
-    prediction. False when there is nothing to predict (one config, coordinate descent on: its
-    result depends on timings) or no remote autotune cache.
+    prediction. False when there is nothing to predict (see `why_not`).
     """
+    if why_not(autotuner) is not None:
+        return False
     hook = getattr(autotuner, "save_cache_hook", None)
     cache = getattr(hook, "__self__", None)
     meta = dict(getattr(autotuner, "inductor_meta", None) or {})
     candidates = _candidates(autotuner)
-    if cache is None or not getattr(cache, "remote_cache", None) or len(candidates) < 2:
-        return False
-    if meta.get("coordinate_descent_tuning"):
-        return False
     chosen = predict([c for c, _ in candidates], meta)
     launcher = next((lch for c, lch in candidates if c is chosen), None)
     saved_local = cache.local_cache
