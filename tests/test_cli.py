@@ -106,6 +106,23 @@ def test_gc_max_age(tmp_path: Path) -> None:
     assert {str(k) for k in store.tiers[0].keys()} == {str(entries[1].key)}
 
 
+def test_verify_is_not_a_use(tmp_path: Path) -> None:
+    """`pcompile verify` reads every entry; under relatime a plain read would refresh atime, which
+    GC takes as last use, so one verify would make an old cache look freshly used."""
+    store, entries = _populate(tmp_path, n=1)
+    local = store.tiers[0]
+    manifest = local.manifest_path(entries[0].key)
+    blob = local.blob_path(json.loads(manifest.read_bytes())["blobs"]["code"]["sha256"])
+    old = time.time() - 10 * 86400
+    for path in (manifest, blob):
+        os.utime(path, (old, old))
+    assert run_cli("verify", *_args(tmp_path)).returncode == 0
+    for path in (manifest, blob):
+        assert abs(path.stat().st_atime - old) < 2, f"verify refreshed the atime of {path.name}"
+    assert run_cli("gc", "--max-age", "7", *_args(tmp_path)).returncode == 0
+    assert list(local.keys()) == []
+
+
 @pytest.mark.parametrize(
     "argv,needle",
     [

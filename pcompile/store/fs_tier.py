@@ -19,7 +19,7 @@ from typing import Iterator
 from pcompile.errors import PcompileError
 from pcompile.keys.key import LAYERS, Key
 from pcompile.store import fsio
-from pcompile.store.tier import Tier
+from pcompile.store.tier import Tier, in_housekeeping
 
 FORMAT_LINE = "pcompile-store 1\n"
 
@@ -73,10 +73,10 @@ class DirectoryTier(Tier):
 
     # -- primitives --------------------------------------------------------------------
     def read_manifest(self, key: Key) -> bytes | None:
-        return fsio.read_file(self.manifest_path(key))
+        return fsio.read_file(self.manifest_path(key), no_atime=in_housekeeping())
 
     def read_blob(self, sha256: str) -> bytes | None:
-        return fsio.read_file(self.blob_path(sha256))
+        return fsio.read_file(self.blob_path(sha256), no_atime=in_housekeeping())
 
     def has_blob(self, sha256: str, size: int) -> bool:
         path = self.blob_path(sha256)

@@ -49,8 +49,11 @@ def atomic_write(path: Path, data: bytes, tmp_dir: Path, *, replace: bool = True
             pass
 
 
-def read_file(path: Path) -> bytes | None:
+def read_file(path: Path, no_atime: bool = False) -> bytes | None:
+    """The file's bytes, or None if it is not there. `no_atime`: a housekeeping read (see below)."""
     try:
+        if no_atime:
+            return read_without_access(path)
         with open(path, "rb") as fh:
             return fh.read()
     except FileNotFoundError:

@@ -6,6 +6,7 @@ A backend implements six byte-level primitives. Verification, quarantine and the
 from __future__ import annotations
 
 import abc
+import contextlib
 import logging
 import threading
 from typing import Callable, Iterator
@@ -31,6 +32,25 @@ def report_once(tier: str, key: str, message: str) -> None:
             return
         _reported.add((tier, key))
     log.warning("%s tier: %s; not loaded, will recompile", tier, message)
+
+
+_housekeeping = threading.local()
+
+
+@contextlib.contextmanager
+def housekeeping() -> Iterator[None]:
+    """Reads in this block (this thread) check entries; they are not uses, so a directory tier
+    must not refresh atime, which its GC takes as last access."""
+    before = getattr(_housekeeping, "on", False)
+    _housekeeping.on = True
+    try:
+        yield
+    finally:
+        _housekeeping.on = before
+
+
+def in_housekeeping() -> bool:
+    return getattr(_housekeeping, "on", False)
 
 
 class Tier(abc.ABC):
@@ -112,21 +132,26 @@ class Tier(abc.ABC):
         return manifest.to_entry(blobs)
 
     def verify(self, key: Key) -> str | None:
-        """The problem with an entry, or None if it is sound. Does not quarantine."""
-        raw = self.read_manifest(key)
-        if raw is None:
-            return "manifest missing"
-        try:
-            manifest = Manifest.decode(raw, key)
-            if self.trust is not None:
-                self.trust(manifest)
-            for name, info in manifest.blobs.items():
-                verify_blob(manifest, name, self.read_blob(info["sha256"]))
-        except CorruptEntryError as exc:
-            return str(exc)
-        return None
+        """The problem with an entry, or None if it is sound. Does not quarantine or count as a use."""
+        with housekeeping():
+            raw = self.read_manifest(key)
+            if raw is None:
+                return "manifest missing"
+            try:
+                manifest = Manifest.decode(raw, key)
+                if self.trust is not None:
+                    self.trust(manifest)
+                for name, info in manifest.blobs.items():
+                    verify_blob(manifest, name, self.read_blob(info["sha256"]))
+            except CorruptEntryError as exc:
+                return str(exc)
+            return None
 
     def bad_blob_of(self, key: Key) -> str | None:
+        with housekeeping():
+            return self._bad_blob_of(key)
+
+    def _bad_blob_of(self, key: Key) -> str | None:
         raw = self.read_manifest(key)
         try:
             manifest = Manifest.decode(raw or b"", key)
