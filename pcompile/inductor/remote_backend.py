@@ -59,11 +59,12 @@ def autotune_policy() -> str:
 @contextlib.contextmanager
 def predicting() -> Iterator[None]:
     """Autotune puts in this block (this thread) are predictions, not measured winners."""
+    before = getattr(_tls, "predicting", False)
     _tls.predicting = True
     try:
         yield
     finally:
-        _tls.predicting = False
+        _tls.predicting = before
 
 
 def _predicted_lookup(key: str) -> bytes | None:

@@ -130,12 +130,11 @@ def _predict_winner(autotuner: Any, report: dict[str, Any]) -> bool:
         if reason is not None:
             report["autotune_predict_error"] = reason
             return False
-        why = autotune_choice.why_not(autotuner)
-        if why is not None:
-            name = getattr(getattr(autotuner, "fn", None), "__name__", "?")
-            report.setdefault("autotune_not_predicted", {})[name] = why
-            return False
-        return autotune_choice.publish_prediction(autotuner, remote_backend.predicting)
+        if autotune_choice.publish_prediction(autotuner, remote_backend.predicting):
+            return True
+        name = getattr(getattr(autotuner, "fn", None), "__name__", "?")
+        report.setdefault("autotune_not_predicted", {})[name] = autotune_choice.why_not(autotuner) or "?"
+        return False
     except Exception as exc:
         print(f"pcompile warm: could not predict an autotune winner ({type(exc).__name__}: {exc})", file=sys.stderr)
         return False

@@ -51,9 +51,14 @@ def _candidates(autotuner: Any) -> list[tuple[Any, Any]]:
     return [(c, None) for c in (getattr(autotuner, "configs", None) or [])]
 
 
+def _cache_of(autotuner: Any) -> Any:
+    """The kernel's AutotuneCache: `save_cache_hook` is its bound `save` (None without a cache)."""
+    return getattr(getattr(autotuner, "save_cache_hook", None), "__self__", None)
+
+
 def why_not(autotuner: Any) -> str | None:
     """Why no prediction can be filed for this kernel, or None if one can."""
-    cache = getattr(getattr(autotuner, "save_cache_hook", None), "__self__", None)
+    cache = _cache_of(autotuner)
     if cache is None:
         return "no autotune cache (Inductor made none for this kernel)"
     if not getattr(cache, "remote_cache", None):
@@ -83,11 +88,9 @@ def publish_prediction(autotuner: Any, predicting: Callable[[], Any]) -> bool:
     """
     if why_not(autotuner) is not None:
         return False
-    hook = getattr(autotuner, "save_cache_hook", None)
-    cache = getattr(hook, "__self__", None)
-    meta = dict(getattr(autotuner, "inductor_meta", None) or {})
+    cache = _cache_of(autotuner)
     candidates = _candidates(autotuner)
-    chosen = predict([c for c, _ in candidates], meta)
+    chosen = predict([c for c, _ in candidates], dict(getattr(autotuner, "inductor_meta", None) or {}))
     launcher = next((lch for c, lch in candidates if c is chosen), None)
     saved_local = cache.local_cache
     cache.local_cache = None
