@@ -17,7 +17,7 @@ import importlib.util
 import sys
 from typing import Any, Callable, Iterator
 
-from pcompile.inductor import flight, gate, hooks
+from pcompile.inductor import backward_ahead, flight, gate, hooks
 from pcompile.inductor import compat
 from pcompile.inductor.timing import span
 
@@ -61,7 +61,8 @@ def compile_scope(gm: Any) -> Iterator[None]:
         from pcompile.inductor.compat import lazy_backward
 
         eager = lazy_backward.eager_backward()
-    with span("graph_compile", key=_graph_name(gm), backend="pcompile") as ev, flight.scope() as sc, eager:
+    with span("graph_compile", key=_graph_name(gm), backend="pcompile") as ev, flight.scope() as sc, eager, \
+            backward_ahead.allowed():
         yield
         ev.outcome = sc.outcome
 

@@ -23,7 +23,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from pcompile.inductor.gate import warn_once
 from pcompile.inductor.layer_keys import store_key
@@ -47,6 +47,22 @@ class _Held:
 _lock = threading.Lock()
 _held: dict[str, _Held] = {}
 _tls = threading.local()
+#: Called as fn(kind, inductor_key, outcome) once a lookup knows its answer: "hit", "leased"
+#: (this process compiles it), or "miss" (no single-flight). The backward worker uses it to tell
+#: its parent which key it has claimed.
+_listeners: list[Callable[[str, str, str], None]] = []
+
+
+def add_listener(fn: Callable[[str, str, str], None]) -> None:
+    _listeners.append(fn)
+
+
+def _tell(kind: str, inductor_key: str, outcome: str) -> None:
+    for fn in list(_listeners):
+        try:
+            fn(kind, inductor_key, outcome)
+        except Exception:
+            pass
 
 
 def store() -> Any | None:
@@ -184,12 +200,16 @@ def lookup(kind: str, inductor_key: str, *, single_flight: bool = True, stats_la
                     entry = got
                 elif isinstance(got, Lease):
                     _hold(key, got, kind)
+                    _tell(kind, inductor_key, "leased")
             if entry is not None:
+                _tell(kind, inductor_key, "hit")
                 _record_hit(st, entry, stats_layer)
                 ev.outcome = "hit"
                 ev.saved_s = entry.compile_seconds
                 _note("hits")
                 return entry
+            if held_lease(key) is None:
+                _tell(kind, inductor_key, "miss")
             st.stats.layer(stats_layer or key.layer, hit=False)
             ev.outcome = "miss"
             _note("misses")

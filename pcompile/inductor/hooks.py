@@ -71,6 +71,8 @@ def install_hooks() -> bool:
                            "the other layers are cached. Please report this with your torch and triton versions")
         log.info("pcompile: hooks on for %s", ", ".join(layers) or "nothing")
         _install_pool()
+        if state.active:
+            _install_backward_ahead()
         return state.active
 
 
@@ -132,6 +134,26 @@ def _install_pool() -> None:
         gate.warn_once("pool", f"pcompile: the compile pool could not start ({type(exc).__name__}: {exc}); compiling in-process")
 
 
+def _install_backward_ahead() -> None:
+    """Backward graphs compile in a worker while their forward compiles (backward_ahead.py)."""
+    from pcompile import warming
+    from pcompile.inductor import backward_ahead
+
+    # The warm's prediction hooks live in the warm child only: its backward graphs stay there.
+    if not backward_ahead.wanted() or warming():
+        return
+    reason = compat.check("backward_graph")
+    if reason is not None:
+        gate.warn_once("backward_graph", f"pcompile: backward graphs compile after their forward in this torch ({reason})")
+        return
+    from pcompile.inductor.compat import backward_graph
+
+    backward_graph.install(backward_ahead.on_partition, backward_ahead.around_backward)
+    from pcompile.inductor import flight
+
+    flight.add_listener(backward_ahead.on_lookup)
+
+
 def uninstall_hooks() -> None:
     """Back to stock (tests). Environment variables pcompile set are left as they are."""
     with _lock:
@@ -144,6 +166,10 @@ def uninstall_hooks() -> None:
 
             cpp_cache.uninstall()
         env.clear_triton_manager("pcompile.inductor.triton_cache:StoreCacheManager")
+        if compat.check("backward_graph") is None:
+            from pcompile.inductor.compat import backward_graph
+
+            backward_graph.uninstall()
         state.decided = False
         state.active = False
         state.layers = ()

@@ -20,6 +20,7 @@ MODULES: tuple[str, ...] = (
     "cpu_isa",
     "cache_dir",
     "autotune_choice",
+    "backward_graph",
 )
 
 

@@ -1,0 +1,286 @@
+"""Compile each region's backward graph in a worker process while the forward compiles.
+
+Why: a cold training step compiles forward, then backward, one after the other, on one Python
+thread (the GIL makes threads useless for lowering). The backward graph exists as soon as the
+joint graph is partitioned, so pcompile ships it (compat/backward_graph.py) to a child process,
+`backward_worker`, which compiles it exactly as the parent would and publishes it to the store.
+When the parent reaches that backward it looks the graph up like any other: the worker's lease
+makes it wait for the worker's result instead of compiling it again. The FX graph key is the
+check: if the compiled forward saved its activations with other strides than the partition
+predicted, the parent's key differs and it compiles the backward itself, as before.
+
+One worker per process, started on the first partition this process compiles (hot jobs never
+start one), reused for later regions, gone when the job ends or after two idle minutes.
+`PCOMPILE_BACKWARD_AHEAD=0` turns it off.
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import dataclasses
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Iterator
+
+from pcompile.inductor.timing import emit, now
+
+log = logging.getLogger("pcompile.inductor")
+
+ENV = "PCOMPILE_BACKWARD_AHEAD"
+#: How long the parent waits for a started job to claim its key (worker start-up included).
+CLAIM_TIMEOUT_S = 60.0
+
+_tls = threading.local()
+
+
+#: Below this many usable CPUs the default is off: the worker's lowering and its kernels would
+#: take CPU from the forward's compile rather than use idle cores.
+MIN_CPUS = 4
+
+
+def wanted() -> bool:
+    """PCOMPILE_BACKWARD_AHEAD=1/0 decides; unset means on when the host has MIN_CPUS to spare."""
+    value = os.environ.get(ENV, "").strip().lower()
+    if value:
+        return value not in {"0", "false", "no", "off"}
+    return usable_cpus() >= MIN_CPUS
+
+
+def usable_cpus() -> float:
+    from pcompile.pool import sizing
+
+    limit = sizing.cgroup_cpu_limit()
+    cpus = float(sizing.affinity_cpus())
+    return min(cpus, limit) if limit else cpus
+
+
+@contextlib.contextmanager
+def allowed() -> Iterator[None]:
+    """Speculate only inside pcompile's own backend calls (other backends' graphs are not ours)."""
+    previous = getattr(_tls, "allowed", False)
+    _tls.allowed = True
+    try:
+        yield
+    finally:
+        _tls.allowed = previous
+
+
+@dataclasses.dataclass(eq=False)
+class Job:
+    id: int
+    data: bytes
+    submitted: float
+    state: str = "queued"  # queued -> sent -> claimed -> done | failed | cancelled
+    key: str = ""
+    error: str = ""
+    seconds: float = 0.0
+    changed: threading.Condition = dataclasses.field(default_factory=threading.Condition)
+
+    def set(self, state: str, **fields: Any) -> None:
+        with self.changed:
+            self.state = state
+            for name, value in fields.items():
+                setattr(self, name, value)
+            self.changed.notify_all()
+
+
+class Worker:
+    """The child process and the jobs sent to it, in order."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.ready = False
+        self.jobs: dict[int, Job] = {}
+        self.queue: list[Job] = []  # not yet sent: the worker takes one job at a time
+        self.busy: Job | None = None
+        self.next_id = 0
+
+    def submit(self, data: bytes) -> Job:
+        with self.lock:
+            self.next_id += 1
+            job = Job(self.next_id, data, time.monotonic())
+            self.jobs[job.id] = job
+            self.queue.append(job)
+            self._start_locked()
+            self._pump_locked()
+        return job
+
+    def cancel(self, job: Job) -> bool:
+        """Drop a job that has not been sent yet; True if it was dropped."""
+        with self.lock:
+            if job in self.queue:
+                self.queue.remove(job)
+                job.set("cancelled")
+                return True
+        return False
+
+    def is_next(self, job: Job) -> bool:
+        with self.lock:
+            return self.busy is None and bool(self.queue) and self.queue[0] is job
+
+    def start(self) -> None:
+        with self.lock:
+            self._start_locked()
+
+    def _start_locked(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            return
+        env = dict(os.environ)
+        env[ENV] = "0"
+        self.proc = subprocess.Popen([sys.executable, "-m", "pcompile.inductor.backward_worker"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        self.ready = False
+        self.busy = None
+        threading.Thread(target=self._read, args=(self.proc,), name="pcompile-backward-ahead", daemon=True).start()
+
+    def _pump_locked(self) -> None:
+        if not self.ready or self.busy is not None or not self.queue or self.proc is None:
+            return
+        job = self.queue.pop(0)
+        from pcompile.pool import protocol
+
+        try:
+            assert self.proc.stdin is not None
+            protocol.write_frame_fd(self.proc.stdin.fileno(), {"op": "job", "id": job.id, "data": job.data})
+        except OSError as exc:
+            job.set("failed", error=f"worker gone ({exc})")
+            return
+        job.data = b""
+        self.busy = job
+        job.set("sent")
+
+    def _read(self, proc: subprocess.Popen[bytes]) -> None:
+        from pcompile.pool import protocol
+
+        assert proc.stdout is not None
+        fd = proc.stdout.fileno()
+        while True:
+            try:
+                msg = protocol.read_frame_fd(fd)
+            except Exception:
+                break
+            op = msg.get("op")
+            if op == "ready":
+                with self.lock:
+                    self.ready = True
+                    self._pump_locked()
+            elif op == "claimed":
+                job = self.jobs.get(msg["id"])
+                if job is not None:
+                    job.set("claimed", key=str(msg.get("key", "")))
+            elif op == "done":
+                job = self.jobs.pop(msg["id"], None)
+                if job is not None:
+                    job.set("done" if msg.get("ok") else "failed", error=str(msg.get("error", "")),
+                            seconds=float(msg.get("seconds", 0.0)))
+                    if not msg.get("ok"):
+                        log.info("pcompile: backward compiled ahead failed (%s); the job compiles it itself",
+                                 msg.get("error"))
+                with self.lock:
+                    self.busy = None
+                    self._pump_locked()
+        proc.wait()
+        with self.lock:  # the worker exited (idle, crashed, or killed): its unfinished jobs fail
+            if self.proc is proc:
+                self.proc = None
+                self.ready = False
+                lost = [self.busy] if self.busy is not None else []
+                self.busy = None
+                for job in lost:
+                    job.set("failed", error=f"worker exited with {proc.returncode}")
+                if self.queue:
+                    self._start_locked()
+
+    def close(self) -> None:
+        with self.lock:
+            proc, self.proc = self.proc, None
+            for job in self.queue:
+                job.set("cancelled")
+            self.queue.clear()
+        if proc is not None and proc.poll() is None:
+            try:
+                assert proc.stdin is not None
+                proc.stdin.close()  # EOF: the worker exits between jobs
+            except OSError:
+                pass
+
+
+_worker: Worker | None = None
+_worker_lock = threading.Lock()
+_pending: dict[int, Job] = {}  # id(bw_module) -> its job
+
+
+def worker() -> Worker:
+    global _worker
+    with _worker_lock:
+        if _worker is None:
+            _worker = Worker()
+            atexit.register(_worker.close)
+        return _worker
+
+
+def on_lookup(kind: str, key: str, outcome: str) -> None:
+    """flight calls this: an AOTAutograd entry this process must compile starts the worker, so
+    its torch import overlaps the forward's tracing rather than delaying the first shipment."""
+    if kind == "autograd" and outcome == "leased" and getattr(_tls, "allowed", False) and wanted():
+        worker().start()
+
+
+def on_partition(part: Any) -> None:
+    """compat.backward_graph calls this with every partitioned joint graph."""
+    if not getattr(_tls, "allowed", False) or not wanted():
+        return
+    if part.why_not is not None:
+        log.info("pcompile: backward not compiled ahead: %s", part.why_not)
+        emit("backward_ahead", now(), 0.0, outcome="skipped", reason=part.why_not)
+        return
+    from pcompile.inductor.compat import backward_graph
+
+    t0 = now()
+    try:
+        data = backward_graph.dumps(part.bw_module)
+    except Exception as exc:  # not shippable: the parent compiles it as always
+        log.info("pcompile: backward not compiled ahead: cannot serialise it (%s: %s)", type(exc).__name__, exc)
+        emit("backward_ahead", t0, now() - t0, outcome="skipped", reason=f"{type(exc).__name__}")
+        return
+    _pending[id(part.bw_module)] = worker().submit(data)
+    emit("backward_ship", t0, now() - t0, bytes=len(data))
+
+
+@contextlib.contextmanager
+def around_backward(bw_module: Any) -> Iterator[None]:
+    """Before the parent compiles a backward: let its shipped twin claim the key first."""
+    job = _pending.pop(id(bw_module), None)
+    if job is None:
+        yield
+        return
+    from pcompile.inductor.compat import backward_graph
+
+    t0 = now()
+    w = worker()
+    deadline = time.monotonic() + CLAIM_TIMEOUT_S
+    while True:  # job.changed is never held while taking the worker's lock (its reader does the reverse)
+        with job.changed:
+            state = job.state
+        if state not in ("queued", "sent"):
+            break
+        if state == "queued" and not w.is_next(job) and w.cancel(job):
+            state = "cancelled"  # still behind another graph: compiling here is sooner
+            break
+        if time.monotonic() >= deadline:
+            break
+        with job.changed:
+            if job.state == state:
+                job.changed.wait(0.1)
+    waited = now() - t0
+    hits = backward_graph.fx_cache_hits()
+    yield
+    used = backward_graph.fx_cache_hits() > hits and state in ("claimed", "done")
+    outcome = "used" if used else ("not-used" if state in ("claimed", "done") else state)
+    emit("backward_ahead", t0, now() - t0, outcome=outcome, waited_for_claim_s=round(waited, 3))
+    log.info("pcompile: backward compiled ahead: %s (job %s)", outcome, state)

@@ -1,0 +1,92 @@
+"""The backward worker: a child process that compiles shipped backward graphs, one at a time.
+
+Run as `python -m pcompile.inductor.backward_worker` by pcompile.inductor.backward_ahead, with
+the parent's environment (same cache directory, same node pool for its kernels). It speaks
+length-prefixed pickles (pcompile.pool.protocol) over its stdin/stdout:
+
+  parent -> worker   {"op": "job", "id": n, "data": bytes}       a compat.backward_graph shipment
+  worker -> parent   {"op": "ready", "pid": ...}                  hooks installed, jobs welcome
+                     {"op": "claimed", "id": n, "key": ..., "outcome": hit|leased|miss}
+                     {"op": "done", "id": n, "ok": bool, "error": str, "seconds": float}
+
+"claimed" is sent as soon as the job's FX graph lookup has an answer (normally: this worker
+holds the key's lease), so that the parent's own lookup of that key waits for this compile
+instead of racing it. The compiled graph reaches the parent through the store. The worker exits
+at EOF on stdin (its parent is gone) or after `IDLE_EXIT_S` without work, so an idle job does not
+keep a CUDA context and a torch import resident.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+IDLE_EXIT_S = 120.0
+
+_out_fd = -1
+_send_lock = threading.Lock()
+_current: dict[str, Any] = {"id": None, "claimed": False}
+
+
+def _send(msg: dict[str, Any]) -> None:
+    from pcompile.pool import protocol
+
+    with _send_lock:
+        protocol.write_frame_fd(_out_fd, msg)
+
+
+def _on_lookup(kind: str, key: str, outcome: str) -> None:
+    if kind != "graph" or _current["id"] is None or _current["claimed"]:
+        return
+    _current["claimed"] = True
+    _send({"op": "claimed", "id": _current["id"], "key": key, "outcome": outcome})
+
+
+def _run(job_id: int, data: bytes) -> None:
+    from pcompile.inductor import flight
+    from pcompile.inductor.compat import backward_graph
+
+    _current.update(id=job_id, claimed=False)
+    t0 = time.perf_counter()
+    try:
+        with flight.scope():
+            backward_graph.compile_shipped(data)
+        reply: dict[str, Any] = {"ok": True, "error": ""}
+    except BaseException as exc:  # the job's failure is the parent's information, not our exit
+        reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(limit=8)}
+    _current.update(id=None)
+    reply.update(op="done", id=job_id, seconds=time.perf_counter() - t0)
+    _send(reply)
+
+
+def main() -> int:
+    global _out_fd
+    # The protocol owns the real stdout; compilers' stray prints go to stderr.
+    _out_fd = os.dup(1)
+    os.dup2(2, 1)
+    os.environ["PCOMPILE_BACKWARD_AHEAD"] = "0"  # never speculate from inside the speculation
+    import torch  # noqa: F401
+
+    from pcompile.inductor import flight, hooks
+    from pcompile.pool import protocol
+
+    hooks.install_hooks()
+    flight.add_listener(_on_lookup)
+    _send({"op": "ready", "pid": os.getpid()})
+    in_fd = sys.stdin.fileno()
+    while True:
+        try:
+            msg = protocol.read_frame_fd(in_fd, deadline=time.monotonic() + IDLE_EXIT_S)
+        except (protocol.ProtocolError, protocol.DeadlineExceeded, OSError):
+            return 0  # parent gone, or idle long enough
+        if msg.get("op") == "job":
+            _run(int(msg["id"]), msg["data"])
+        elif msg.get("op") == "exit":
+            return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

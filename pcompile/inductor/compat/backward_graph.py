@@ -1,0 +1,281 @@
+"""Compile an AOTAutograd backward graph in another process, ahead of its turn.
+
+Why: AOTAutograd lowers a region's backward only after its forward is compiled (it needs the
+forward's real output strides), so a cold compile is forward lowering, forward kernels, backward
+lowering, backward kernels, one after another. The backward graph itself exists as soon as the
+joint graph is partitioned; shipping it to another process then lets both lowerings run at once.
+The other process runs the same `compile_fx_backward` the parent would, so it computes the same
+FX graph cache key and publishes under it; the parent's own backward compile then finds the entry
+through the store (single-flight waits for it). If the forward chose other strides for what it
+saves, the parent's key differs and it compiles as before: the key is the check.
+
+Touched (torch 2.14.1 and 2.11.0):
+- `torch._functorch._aot_autograd.graph_compile._aot_stage2a_partition` (returns fw_module,
+  bw_module, n_saved, n_symints_saved, ...; args fx_g, joint_inputs, maybe_subclass_meta,
+  fw_metadata, aot_config) and `_aot_stage2b_bw_compile(bw_module, ...)`, both looked up as module
+  globals by `aot_stage2_autograd`, so wrapping the module attribute intercepts them;
+- `torch._inductor.compile_fx.compile_fx_backward(gm, inputs, compiler_config_extra, inner_compile)`
+  and its `CompilerConfigExtra` dataclass (2.11: cudagraphs, graph_id, forward_device; 2.14 adds
+  forward_is_partitioned and cudagraphs_bwd_override);
+- `torch.fx._graph_pickler.GraphPickler.dumps/loads(data, fake_mode)`, Inductor's own way of
+  sending a graph with fake-tensor metadata to a subprocess (compile_fx_ext.py);
+- `FxGraphCache._check_for_hop` and `compile_fx_ext._graph_contains_triton_kernel_wrappers`:
+  graphs Inductor will not cache (or cannot ship) are not sent.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import importlib
+import sys
+from typing import Any, Callable
+
+from pcompile.inductor.compat import CompatError, require_attr
+
+_WRAPPED = "_pcompile_wrapped"
+#: Process-global numerics settings that enter Inductor's FX cache key (codecache.py:
+#: FxGraphHashDetails' cuda_matmul_settings and deterministic_algorithms_settings) or its output.
+_FLAGS = (
+    ("torch.backends.cuda.matmul", "fp32_precision"),
+    ("torch.backends.cuda.matmul", "allow_fp16_reduced_precision_reduction"),
+    ("torch.backends.cuda.matmul", "allow_bf16_reduced_precision_reduction"),
+    ("torch.backends.cudnn", "fp32_precision"),
+    ("torch.utils.deterministic", "fill_uninitialized_memory"),
+)
+
+
+def _graph_compile() -> Any:
+    import torch._functorch._aot_autograd.graph_compile as gc
+
+    return gc
+
+
+def check() -> None:
+    gc = _graph_compile()
+    for name in ("_aot_stage2a_partition", "_aot_stage2b_bw_compile", "aot_stage2_autograd"):
+        require_attr(gc, name, "torch._functorch._aot_autograd.graph_compile")
+    import torch._inductor.compile_fx as cfx
+
+    require_attr(cfx, "compile_fx_backward", "torch._inductor.compile_fx")
+    require_attr(cfx, "compile_fx_inner", "torch._inductor.compile_fx")
+    extra = require_attr(cfx, "CompilerConfigExtra", "torch._inductor.compile_fx")
+    known = {"cudagraphs", "graph_id", "forward_device", "forward_is_partitioned", "cudagraphs_bwd_override"}
+    for f in dataclasses.fields(extra):  # type: ignore[arg-type]
+        if f.name not in known and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise CompatError(f"torch._inductor.compile_fx.CompilerConfigExtra has a new required field {f.name!r}")
+    import torch.fx._graph_pickler as gp
+
+    pickler = require_attr(gp, "GraphPickler", "torch.fx._graph_pickler")
+    require_attr(pickler, "dumps", "torch.fx._graph_pickler.GraphPickler")
+    require_attr(pickler, "loads", "torch.fx._graph_pickler.GraphPickler")
+    from torch._inductor.codecache import FxGraphCache
+
+    require_attr(FxGraphCache, "_check_for_hop", "torch._inductor.codecache.FxGraphCache")
+    import torch._inductor.config as iconfig
+
+    require_attr(iconfig, "save_config_portable", "torch._inductor.config")
+
+
+# -- the parent side: where the graphs are ---------------------------------------------------
+
+@dataclasses.dataclass
+class Partitioned:
+    """What the partition hands the backward hook: the graph and why it cannot be shipped."""
+
+    bw_module: Any
+    why_not: str | None
+
+
+def install(on_partition: Callable[[Partitioned], None],
+            around_backward: Callable[[Any], contextlib.AbstractContextManager[Any]]) -> None:
+    """Call `on_partition` after each joint graph is split and compile each backward inside
+    `around_backward(bw_module)`. Idempotent; `uninstall()` undoes it."""
+    gc = _graph_compile()
+    partition = getattr(gc._aot_stage2a_partition, _WRAPPED, gc._aot_stage2a_partition)
+    bw_compile = getattr(gc._aot_stage2b_bw_compile, _WRAPPED, gc._aot_stage2b_bw_compile)
+
+    @functools.wraps(partition)
+    def partition_hook(*args: Any, **kwargs: Any) -> Any:
+        out = partition(*args, **kwargs)
+        try:
+            on_partition(Partitioned(out[1], _why_not(out, args, kwargs)))
+        except Exception:  # never let the speculation break the real compile
+            pass
+        return out
+
+    @functools.wraps(bw_compile)
+    def bw_compile_hook(*args: Any, **kwargs: Any) -> Any:
+        bw_module = args[0] if args else kwargs.get("bw_module")
+        try:
+            around = around_backward(bw_module)
+            around.__enter__()
+        except Exception:
+            return bw_compile(*args, **kwargs)
+        try:
+            out = bw_compile(*args, **kwargs)
+        except BaseException:
+            around.__exit__(*sys.exc_info())
+            raise
+        around.__exit__(None, None, None)
+        return out
+
+    setattr(partition_hook, _WRAPPED, partition)
+    setattr(bw_compile_hook, _WRAPPED, bw_compile)
+    gc._aot_stage2a_partition = partition_hook
+    gc._aot_stage2b_bw_compile = bw_compile_hook
+
+
+def uninstall() -> None:
+    gc = _graph_compile()
+    for name in ("_aot_stage2a_partition", "_aot_stage2b_bw_compile"):
+        fn = getattr(gc, name)
+        setattr(gc, name, getattr(fn, _WRAPPED, fn))
+
+
+def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> Any:
+    return args[index] if len(args) > index else kwargs.get(name)
+
+
+def _why_not(out: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """None if this backward can be compiled elsewhere with the key the parent will compute."""
+    import torch
+    import torch._inductor.config as iconfig
+
+    if _arg(args, kwargs, 2, "maybe_subclass_meta") is not None:
+        return "tensor subclasses"
+    if out[3]:
+        return "symints saved for backward (dynamic shapes)"
+    aot_config = _arg(args, kwargs, 4, "aot_config")
+    if aot_config is None or getattr(aot_config, "is_export", False):
+        return "export"
+    if iconfig.triton.cudagraphs:
+        return "cudagraphs (the forward fixes the backward's device box)"
+    bw_module = out[1]
+    for node in bw_module.graph.find_nodes(op="placeholder"):
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor) and not (isinstance(val, int) and not isinstance(val, bool)):
+            return f"placeholder {node.name} is {type(val).__name__}"
+    from torch._inductor.codecache import BypassFxGraphCache, FxGraphCache
+
+    try:
+        FxGraphCache._check_for_hop(bw_module)
+    except BypassFxGraphCache as exc:
+        return f"not cacheable ({exc})"
+    try:
+        from torch._inductor.compile_fx_ext import _graph_contains_triton_kernel_wrappers
+
+        if _graph_contains_triton_kernel_wrappers(bw_module):
+            return "user Triton kernels"
+    except ImportError:
+        pass
+    return None
+
+
+def fx_cache_hits() -> int:
+    """Inductor's own count of FX graph cache hits in this process."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["inductor"]["fxgraph_cache_hit"])
+
+
+def placeholder_vals(gm: Any) -> list[Any]:
+    return [n.meta.get("val") for n in gm.graph.find_nodes(op="placeholder")]
+
+
+@dataclasses.dataclass
+class Shipment:
+    """Everything the other process needs to repeat the parent's backward compile."""
+
+    gm: Any
+    example_inputs: list[Any]
+    inductor_config: dict[str, Any]
+    flags: dict[str, Any]
+
+
+def dumps(bw_module: Any) -> bytes:
+    """The backward graph with its (guessed) input metadata, Inductor config and numerics flags."""
+    import torch
+    import torch._inductor.config as iconfig
+    from torch.fx._graph_pickler import GraphPickler, Options
+
+    flags: dict[str, Any] = {}
+    for module, name in _FLAGS:
+        try:
+            flags[f"{module}.{name}"] = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            pass
+    flags["deterministic"] = torch.are_deterministic_algorithms_enabled()
+    flags["deterministic_warn_only"] = torch.is_deterministic_algorithms_warn_only_enabled()
+    shipment = Shipment(bw_module, placeholder_vals(bw_module), iconfig.save_config_portable(), flags)
+    # Every op by name (the default filter refuses non-aten ops such as prims.fma, which
+    # decompositions emit): both ends run the same torch, so the names resolve.
+    # Node metadata naming the user's modules and functions (forward stacks copied onto backward
+    # nodes) would need the user's script importable in the worker; lowering does not read it.
+    return GraphPickler.dumps(shipment, Options(ops_filter=None, node_metadata_key_filter=_meta_key_wanted))
+
+
+def _meta_key_wanted(key: str) -> bool:
+    return not key.endswith(("nn_module_stack", "source_fn_stack"))
+
+
+def _apply_flags(flags: dict[str, Any]) -> None:
+    """Set the parent's numerics flags (the worker runs one shipment at a time, each sets all)."""
+    import torch
+
+    for path, value in flags.items():
+        module, _, name = path.rpartition(".")
+        if module.startswith("torch."):
+            setattr(importlib.import_module(module), name, value)
+    torch.use_deterministic_algorithms(flags["deterministic"], warn_only=flags["deterministic_warn_only"])
+
+
+def _config_extra() -> Any:
+    from torch._inductor.compile_fx import CompilerConfigExtra
+    from torch._inductor.utils import BoxedBool
+
+    from torch._inductor.cudagraph_utils import BoxedDeviceIndex
+
+    values = {"cudagraphs": BoxedBool(False), "graph_id": 0, "forward_device": BoxedDeviceIndex(None),
+              "forward_is_partitioned": BoxedBool(False)}
+    names = {f.name for f in dataclasses.fields(CompilerConfigExtra)}
+    return CompilerConfigExtra(**{k: v for k, v in values.items() if k in names})
+
+
+def _inner_compile() -> Callable[..., Any]:
+    """compile_fx's inner compile as `compile_fx` builds it (2.14 binds the decomposition table,
+    which enters the FX cache key as a kwarg)."""
+    from torch._inductor.compile_fx import _CompileFxKwargs, compile_fx_inner
+    from torch._inductor.decomposition import select_decomp_table
+
+    if "get_decomp_fn" in getattr(_CompileFxKwargs, "__annotations__", {}):
+        return functools.partial(compile_fx_inner, get_decomp_fn=select_decomp_table)
+    return compile_fx_inner
+
+
+def compile_shipped(data: bytes) -> None:
+    """In the other process: the parent's `bw_compiler(bw_module, placeholders)` call, replayed.
+
+    The result reaches the parent through Inductor's FX graph cache (pcompile's store), not
+    through this function."""
+    import torch
+    import torch._inductor.config as iconfig
+    from torch._inductor.compile_fx import compile_fx_backward
+    from torch._inductor.virtualized import V
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx._graph_pickler import GraphPickler
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    fake_mode = FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True)
+    shipment = GraphPickler.loads(data, fake_mode)
+    if not isinstance(shipment, Shipment):
+        raise TypeError(f"expected a Shipment, got {type(shipment).__name__}")
+    context = torch._guards.TracingContext(fake_mode)
+    _apply_flags(shipment.flags)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(iconfig.patch(shipment.inductor_config))
+        stack.enter_context(V.set_fake_mode(fake_mode))
+        stack.enter_context(torch._guards.tracing(context))
+        stack.enter_context(torch.no_grad())
+        stack.enter_context(torch._C._DisableAutocast())
+        compile_fx_backward(shipment.gm, shipment.example_inputs, _config_extra(), inner_compile=_inner_compile())
