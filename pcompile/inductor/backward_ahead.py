@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -73,6 +74,7 @@ def allowed() -> Iterator[None]:
 class Job:
     id: int
     data: bytes
+    guessed: list[Any]  # the backward's inputs as the partition predicted them (what was shipped)
     submitted: float
     state: str = "queued"  # queued -> sent -> claimed -> done | failed | cancelled
     key: str = ""
@@ -99,11 +101,12 @@ class Worker:
         self.queue: list[Job] = []  # not yet sent: the worker takes one job at a time
         self.busy: Job | None = None
         self.next_id = 0
+        self.started = 0.0
 
-    def submit(self, data: bytes) -> Job:
+    def submit(self, data: bytes, guessed: list[Any]) -> Job:
         with self.lock:
             self.next_id += 1
-            job = Job(self.next_id, data, time.monotonic())
+            job = Job(self.next_id, data, guessed, time.monotonic())
             self.jobs[job.id] = job
             self.queue.append(job)
             self._start_locked()
@@ -119,6 +122,13 @@ class Worker:
                 return True
         return False
 
+    def interrupt(self, job: Job) -> None:
+        """Stop a sent job whose result nobody will use (KeyboardInterrupt in the worker: its
+        leases are released on the way out, so nobody waits on them)."""
+        with self.lock:
+            if self.busy is job and self.proc is not None and self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGINT)
+
     def is_next(self, job: Job) -> bool:
         with self.lock:
             return self.busy is None and bool(self.queue) and self.queue[0] is job
@@ -132,8 +142,11 @@ class Worker:
             return
         env = dict(os.environ)
         env[ENV] = "0"
+        # Own session: a Ctrl-C meant for the job does not print a worker traceback; the worker
+        # dies with its parent (PDEATHSIG) and exits at EOF on stdin.
         self.proc = subprocess.Popen([sys.executable, "-m", "pcompile.inductor.backward_worker"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True)
+        self.started = now()
         self.ready = False
         self.busy = None
         threading.Thread(target=self._read, args=(self.proc,), name="pcompile-backward-ahead", daemon=True).start()
@@ -166,6 +179,7 @@ class Worker:
                 break
             op = msg.get("op")
             if op == "ready":
+                emit("backward_worker_start", self.started, now() - self.started, prewarm_s=msg.get("prewarm_s"))
                 with self.lock:
                     self.ready = True
                     self._pump_locked()
@@ -248,13 +262,15 @@ def on_partition(part: Any) -> None:
         log.info("pcompile: backward not compiled ahead: cannot serialise it (%s: %s)", type(exc).__name__, exc)
         emit("backward_ahead", t0, now() - t0, outcome="skipped", reason=f"{type(exc).__name__}")
         return
-    _pending[id(part.bw_module)] = worker().submit(data)
+    _pending[id(part.bw_module)] = worker().submit(data, backward_graph.placeholder_vals(part.bw_module))
     emit("backward_ship", t0, now() - t0, bytes=len(data))
 
 
 @contextlib.contextmanager
-def around_backward(bw_module: Any) -> Iterator[None]:
-    """Before the parent compiles a backward: let its shipped twin claim the key first."""
+def around_backward(bw_module: Any, placeholders: list[Any]) -> Iterator[None]:
+    """The parent is about to compile `bw_module` with `placeholders`: if the shipped twin was
+    compiled for the same inputs, let it claim the key first (the parent then waits for its
+    result through single-flight); if not, drop it and compile here at once."""
     job = _pending.pop(id(bw_module), None)
     if job is None:
         yield
@@ -263,24 +279,37 @@ def around_backward(bw_module: Any) -> Iterator[None]:
 
     t0 = now()
     w = worker()
-    deadline = time.monotonic() + CLAIM_TIMEOUT_S
-    while True:  # job.changed is never held while taking the worker's lock (its reader does the reverse)
-        with job.changed:
-            state = job.state
-        if state not in ("queued", "sent"):
-            break
-        if state == "queued" and not w.is_next(job) and w.cancel(job):
-            state = "cancelled"  # still behind another graph: compiling here is sooner
-            break
-        if time.monotonic() >= deadline:
-            break
-        with job.changed:
-            if job.state == state:
-                job.changed.wait(0.1)
+    differs = backward_graph.differing_inputs(job.guessed, placeholders)
+    job.guessed = []
+    if differs:
+        if not w.cancel(job):
+            w.interrupt(job)
+        state = "mispredicted"
+        log.info("pcompile: backward compiled ahead is unusable: the compiled forward saved %d tensor(s) with "
+                 "other strides than predicted (%s)", len(differs), "; ".join(differs[:3]))
+    else:
+        state = _wait_for_claim(w, job)
     waited = now() - t0
     hits = backward_graph.fx_cache_hits()
     yield
     used = backward_graph.fx_cache_hits() > hits and state in ("claimed", "done")
     outcome = "used" if used else ("not-used" if state in ("claimed", "done") else state)
-    emit("backward_ahead", t0, now() - t0, outcome=outcome, waited_for_claim_s=round(waited, 3))
+    emit("backward_ahead", t0, now() - t0, outcome=outcome, waited_for_claim_s=round(waited, 3),
+         differs=len(differs), first_difference=differs[0] if differs else "")
     log.info("pcompile: backward compiled ahead: %s (job %s)", outcome, state)
+
+
+def _wait_for_claim(w: Worker, job: Job) -> str:
+    deadline = time.monotonic() + CLAIM_TIMEOUT_S
+    while True:  # job.changed is never held while taking the worker's lock (its reader does the reverse)
+        with job.changed:
+            state = job.state
+        if state not in ("queued", "sent"):
+            return state
+        if state == "queued" and not w.is_next(job) and w.cancel(job):
+            return "cancelled"  # still behind another graph: compiling here is sooner
+        if time.monotonic() >= deadline:
+            return state
+        with job.changed:
+            if job.state == state:
+                job.changed.wait(0.1)

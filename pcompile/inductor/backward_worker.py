@@ -62,6 +62,22 @@ def _run(job_id: int, data: bytes) -> None:
     _send(reply)
 
 
+def _prewarm() -> None:
+    """What the first graph would otherwise pay on the critical path: pcompile's key fingerprints
+    (software hash, device probe, CPU ISA probe) and Inductor's one-time set-up."""
+    from pcompile.inductor.compat import backward_graph
+    from pcompile.inductor.layer_keys import layer_fingerprint
+
+    for kind in ("graph", "autograd", "triton", "autotune"):
+        try:
+            layer_fingerprint(kind)
+        except Exception:
+            pass
+    backward_graph.prewarm()
+    if os.environ.get("PCOMPILE_DEBUG_FX_KEYS"):
+        backward_graph.dump_fx_keys(os.environ["PCOMPILE_DEBUG_FX_KEYS"])
+
+
 def main() -> int:
     global _out_fd
     # The protocol owns the real stdout; compilers' stray prints go to stderr.
@@ -73,9 +89,14 @@ def main() -> int:
     from pcompile.inductor import flight, hooks
     from pcompile.pool import protocol
 
+    from pcompile.pool.worker import _die_with_parent
+
+    _die_with_parent()
+    t0 = time.perf_counter()
     hooks.install_hooks()
+    _prewarm()
     flight.add_listener(_on_lookup)
-    _send({"op": "ready", "pid": os.getpid()})
+    _send({"op": "ready", "pid": os.getpid(), "prewarm_s": time.perf_counter() - t0})
     in_fd = sys.stdin.fileno()
     while True:
         try:

@@ -149,6 +149,8 @@ def _install_backward_ahead() -> None:
     from pcompile.inductor.compat import backward_graph
 
     backward_graph.install(backward_ahead.on_partition, backward_ahead.around_backward)
+    if os.environ.get("PCOMPILE_DEBUG_FX_KEYS"):
+        backward_graph.dump_fx_keys(os.environ["PCOMPILE_DEBUG_FX_KEYS"])
     from pcompile.inductor import flight
 
     flight.add_listener(backward_ahead.on_lookup)

@@ -88,9 +88,10 @@ class Partitioned:
 
 
 def install(on_partition: Callable[[Partitioned], None],
-            around_backward: Callable[[Any], contextlib.AbstractContextManager[Any]]) -> None:
-    """Call `on_partition` after each joint graph is split and compile each backward inside
-    `around_backward(bw_module)`. Idempotent; `uninstall()` undoes it."""
+            around_backward: Callable[[Any, list[Any]], contextlib.AbstractContextManager[Any]]) -> None:
+    """Call `on_partition` after each joint graph is split, and run each backward compile inside
+    `around_backward(bw_module, placeholders)`, where `placeholders` are the inputs it is really
+    compiled with (restrided to the compiled forward's outputs). Idempotent; `uninstall()` undoes it."""
     gc = _graph_compile()
     partition = getattr(gc._aot_stage2a_partition, _WRAPPED, gc._aot_stage2a_partition)
     bw_compile = getattr(gc._aot_stage2b_bw_compile, _WRAPPED, gc._aot_stage2b_bw_compile)
@@ -107,23 +108,82 @@ def install(on_partition: Callable[[Partitioned], None],
     @functools.wraps(bw_compile)
     def bw_compile_hook(*args: Any, **kwargs: Any) -> Any:
         bw_module = args[0] if args else kwargs.get("bw_module")
-        try:
-            around = around_backward(bw_module)
-            around.__enter__()
-        except Exception:
+
+        def wrap(compiler: Callable[..., Any]) -> Callable[..., Any]:
+            def compile_backward(gm: Any, placeholders: Any) -> Any:
+                try:
+                    around = around_backward(bw_module, list(placeholders))
+                    around.__enter__()
+                except Exception:
+                    return compiler(gm, placeholders)
+                try:
+                    out = compiler(gm, placeholders)
+                except BaseException:
+                    around.__exit__(*sys.exc_info())
+                    raise
+                around.__exit__(None, None, None)
+                return out
+            return compile_backward
+
+        # 2.14 passes the compiler as the 7th argument; 2.11 reads aot_config.bw_compiler.
+        if len(args) >= 7:
+            return bw_compile(*args[:6], wrap(args[6]), *args[7:], **kwargs)
+        if "bw_compiler" in kwargs:
+            return bw_compile(*args, **{**kwargs, "bw_compiler": wrap(kwargs["bw_compiler"])})
+        aot_config = _arg(args, kwargs, 5, "aot_config")
+        original = getattr(aot_config, "bw_compiler", None)
+        if original is None:
             return bw_compile(*args, **kwargs)
+        aot_config.bw_compiler = wrap(original)
         try:
-            out = bw_compile(*args, **kwargs)
-        except BaseException:
-            around.__exit__(*sys.exc_info())
-            raise
-        around.__exit__(None, None, None)
-        return out
+            return bw_compile(*args, **kwargs)
+        finally:
+            aot_config.bw_compiler = original
 
     setattr(partition_hook, _WRAPPED, partition)
     setattr(bw_compile_hook, _WRAPPED, bw_compile)
     gc._aot_stage2a_partition = partition_hook
     gc._aot_stage2b_bw_compile = bw_compile_hook
+
+
+def differing_inputs(guessed: list[Any], real: list[Any]) -> list[str]:
+    """Where the compiled forward's outputs differ from what the partition predicted."""
+    import torch
+
+    out = []
+    for i, (g, r) in enumerate(zip(guessed, real)):
+        if isinstance(g, torch.Tensor) and isinstance(r, torch.Tensor):
+            if tuple(g.shape) != tuple(r.shape) or g.stride() != r.stride() or g.dtype != r.dtype:
+                out.append(f"input {i}: {tuple(g.shape)}/{g.stride()} -> {tuple(r.shape)}/{r.stride()}")
+        elif type(g) is not type(r) or (not isinstance(g, torch.Tensor) and g != r):
+            out.append(f"input {i}: {g!r} -> {r!r}")
+    if len(guessed) != len(real):
+        out.append(f"{len(guessed)} inputs -> {len(real)}")
+    return out
+
+
+def dump_fx_keys(directory: str) -> None:
+    """Diagnostics (PCOMPILE_DEBUG_FX_KEYS=DIR): write Inductor's description of every FX graph key
+    this process computes to DIR/<pid>-<key>.txt, to see why a shipped backward's key differed."""
+    import os
+
+    import torch._inductor.codecache as cc
+
+    original = getattr(cc.compiled_fx_graph_hash, _WRAPPED, cc.compiled_fx_graph_hash)
+
+    @functools.wraps(original)
+    def hashed(*args: Any, **kwargs: Any) -> Any:
+        key, lines = original(*args, **kwargs)
+        try:
+            os.makedirs(directory, exist_ok=True)
+            with open(os.path.join(directory, f"{os.getpid()}-{key[:12]}.txt"), "w") as fh:
+                fh.write("\n".join(lines))
+        except OSError:
+            pass
+        return key, lines
+
+    setattr(hashed, _WRAPPED, original)
+    cc.compiled_fx_graph_hash = hashed
 
 
 def uninstall() -> None:
@@ -240,6 +300,32 @@ def _config_extra() -> Any:
               "forward_is_partitioned": BoxedBool(False)}
     names = {f.name for f in dataclasses.fields(CompilerConfigExtra)}
     return CompilerConfigExtra(**{k: v for k, v in values.items() if k in names})
+
+
+def prewarm() -> None:
+    """Pay a fresh process's one-time Inductor costs before the first graph arrives: the module
+    imports lowering needs, the torch source hash and system description in every FX key, and the
+    post-grad pattern tables (built lazily on first use)."""
+    for name in ("torch._inductor.lowering", "torch._inductor.graph", "torch._inductor.scheduler",
+                 "torch._inductor.codegen.wrapper", "torch._inductor.codegen.triton", "torch._inductor.codegen.cpp",
+                 "torch._inductor.fx_passes.post_grad"):
+        try:
+            importlib.import_module(name)
+        except Exception:
+            pass
+    try:
+        from torch._inductor.codecache import CacheBase, torch_key
+
+        torch_key()
+        CacheBase.get_system()
+    except Exception:
+        pass
+    try:
+        from torch._inductor.fx_passes.post_grad import lazy_init
+
+        lazy_init()
+    except Exception:
+        pass
 
 
 def _inner_compile() -> Callable[..., Any]:
