@@ -95,13 +95,18 @@ class Worker:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.generation = 0  # bumped per started child; a reader only reports on its own child
+        self.alive = False
         self.ready = False
+        self.send_fd = -1
+        self.pid: int | None = None
+        self.closer: Any = None
         self.jobs: dict[int, Job] = {}
         self.queue: list[Job] = []  # not yet sent: the worker takes one job at a time
         self.busy: Job | None = None
         self.next_id = 0
         self.started = 0.0
+        self.how = ""
 
     def submit(self, data: bytes, guessed: list[Any]) -> Job:
         with self.lock:
@@ -126,8 +131,11 @@ class Worker:
         """Stop a sent job whose result nobody will use (KeyboardInterrupt in the worker: its
         leases are released on the way out, so nobody waits on them)."""
         with self.lock:
-            if self.busy is job and self.proc is not None and self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGINT)
+            if self.busy is job and self.pid is not None:
+                try:
+                    os.kill(self.pid, signal.SIGINT)
+                except OSError:
+                    pass
 
     def is_next(self, job: Job) -> bool:
         with self.lock:
@@ -138,28 +146,50 @@ class Worker:
             self._start_locked()
 
     def _start_locked(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
+        if self.alive:
             return
+        self.generation += 1
+        self.alive, self.ready, self.busy, self.pid = True, False, None, None
+        self.started = now()
         env = dict(os.environ)
         env[ENV] = "0"
-        # Own session: a Ctrl-C meant for the job does not print a worker traceback; the worker
-        # dies with its parent (PDEATHSIG) and exits at EOF on stdin.
-        self.proc = subprocess.Popen([sys.executable, "-m", "pcompile.inductor.backward_worker"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True)
-        self.started = now()
-        self.ready = False
-        self.busy = None
-        threading.Thread(target=self._read, args=(self.proc,), name="pcompile-backward-ahead", daemon=True).start()
+        threading.Thread(target=self._run_child, args=(self.generation, env), name="pcompile-backward-ahead",
+                         daemon=True).start()
+
+    def _run_child(self, generation: int, env: dict[str, str]) -> None:
+        """Start the child (forked by the node pool if there is one, else a subprocess), then read."""
+        try:
+            channel = _fork_from_pool(env)
+            how = "forked"
+        except Exception as exc:
+            log.debug("pcompile: backward worker not forked from the node pool (%s); starting a subprocess", exc)
+            channel = None
+        if channel is None:
+            try:
+                channel = _subprocess(env)
+                how = "subprocess"
+            except OSError as exc:
+                log.info("pcompile: cannot start the backward worker (%s)", exc)
+                self._lost(generation, f"cannot start ({exc})")
+                return
+        recv_fd, send_fd, closer = channel
+        with self.lock:
+            if generation != self.generation:
+                closer()
+                return
+            self.send_fd, self.closer, self.how = send_fd, closer, how
+        self._read(generation, recv_fd)
+        closer()
+        self._lost(generation, "worker exited")
 
     def _pump_locked(self) -> None:
-        if not self.ready or self.busy is not None or not self.queue or self.proc is None:
+        if not self.ready or self.busy is not None or not self.queue:
             return
         job = self.queue.pop(0)
         from pcompile.pool import protocol
 
         try:
-            assert self.proc.stdin is not None
-            protocol.write_frame_fd(self.proc.stdin.fileno(), {"op": "job", "id": job.id, "data": job.data})
+            protocol.write_frame_fd(self.send_fd, {"op": "job", "id": job.id, "data": job.data})
         except OSError as exc:
             job.set("failed", error=f"worker gone ({exc})")
             return
@@ -167,21 +197,21 @@ class Worker:
         self.busy = job
         job.set("sent")
 
-    def _read(self, proc: subprocess.Popen[bytes]) -> None:
+    def _read(self, generation: int, fd: int) -> None:
         from pcompile.pool import protocol
 
-        assert proc.stdout is not None
-        fd = proc.stdout.fileno()
         while True:
             try:
                 msg = protocol.read_frame_fd(fd)
             except Exception:
-                break
+                return
             op = msg.get("op")
             if op == "ready":
-                emit("backward_worker_start", self.started, now() - self.started, prewarm_s=msg.get("prewarm_s"))
+                emit("backward_worker_start", self.started, now() - self.started, prewarm_s=msg.get("prewarm_s"),
+                     how=self.how)
                 with self.lock:
                     self.ready = True
+                    self.pid = int(msg.get("pid") or 0) or None
                     self._pump_locked()
             elif op == "claimed":
                 job = self.jobs.get(msg["id"])
@@ -198,30 +228,82 @@ class Worker:
                 with self.lock:
                     self.busy = None
                     self._pump_locked()
-        proc.wait()
-        with self.lock:  # the worker exited (idle, crashed, or killed): its unfinished jobs fail
-            if self.proc is proc:
-                self.proc = None
-                self.ready = False
-                lost = [self.busy] if self.busy is not None else []
-                self.busy = None
-                for job in lost:
-                    job.set("failed", error=f"worker exited with {proc.returncode}")
-                if self.queue:
-                    self._start_locked()
+
+    def _lost(self, generation: int, why: str) -> None:
+        """The child is gone (idle exit, crash, kill): its unfinished job fails; queued jobs get a new child."""
+        with self.lock:
+            if generation != self.generation:
+                return
+            self.alive, self.ready, self.pid = False, False, None
+            lost = [self.busy] if self.busy is not None else []
+            self.busy = None
+            for job in lost:
+                job.set("failed", error=why)
+            if self.queue:
+                self._start_locked()
 
     def close(self) -> None:
         with self.lock:
-            proc, self.proc = self.proc, None
+            closer, self.closer = self.closer, None
             for job in self.queue:
                 job.set("cancelled")
             self.queue.clear()
-        if proc is not None and proc.poll() is None:
-            try:
-                assert proc.stdin is not None
-                proc.stdin.close()  # EOF: the worker exits between jobs
-            except OSError:
-                pass
+        if closer is not None:
+            closer()  # EOF: the worker exits between jobs
+
+
+def _subprocess(env: dict[str, str]) -> tuple[int, int, Any]:
+    # Own session: a Ctrl-C meant for the job does not print a worker traceback; the worker
+    # dies with its parent (PDEATHSIG) and exits at EOF on stdin.
+    proc = subprocess.Popen([sys.executable, "-m", "pcompile.inductor.backward_worker"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True)
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def closer() -> None:
+        try:
+            proc.stdin.close()  # type: ignore[union-attr]
+        except OSError:
+            pass
+        proc.poll()  # reaped if it has exited
+
+    return proc.stdout.fileno(), proc.stdin.fileno(), closer
+
+
+def _fork_from_pool(env: dict[str, str]) -> tuple[int, int, Any] | None:
+    """A worker forked by this node's compile pool daemon, connected back over a Unix socket."""
+    import shutil
+    import socket
+    import tempfile
+
+    from pcompile.inductor import pool_install
+    from pcompile.inductor.backward_worker import serve_forked
+
+    router = pool_install.router()
+    pool = getattr(router, "jobs", None)
+    if pool is None or not hasattr(pool, "fork") or not pool.wait_connected(15.0):
+        return None
+    directory = tempfile.mkdtemp(prefix="pcompile-bw-")
+    path = os.path.join(directory, "s")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(path)
+        listener.listen(1)
+        listener.settimeout(CLAIM_TIMEOUT_S)
+        pool.fork(serve_forked, (path, env))
+        conn, _ = listener.accept()
+    finally:
+        listener.close()
+        shutil.rmtree(directory, ignore_errors=True)
+    conn.settimeout(None)
+
+    def closer() -> None:
+        try:
+            conn.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        conn.close()
+
+    return conn.fileno(), conn.fileno(), closer
 
 
 _worker: Worker | None = None

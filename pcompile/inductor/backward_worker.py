@@ -1,8 +1,7 @@
 """The backward worker: a child process that compiles shipped backward graphs, one at a time.
 
-Run as `python -m pcompile.inductor.backward_worker` by pcompile.inductor.backward_ahead, with
-the parent's environment (same cache directory, same node pool for its kernels). It speaks
-length-prefixed pickles (pcompile.pool.protocol) over its stdin/stdout:
+Started by pcompile.inductor.backward_ahead with the parent's environment (same cache directory,
+same node pool for its kernels). It speaks length-prefixed pickles (pcompile.pool.protocol):
 
   parent -> worker   {"op": "job", "id": n, "data": bytes}       a compat.backward_graph shipment
   worker -> parent   {"op": "ready", "pid": ...}                  hooks installed, jobs welcome
@@ -12,8 +11,13 @@ length-prefixed pickles (pcompile.pool.protocol) over its stdin/stdout:
 "claimed" is sent as soon as the job's FX graph lookup has an answer (normally: this worker
 holds the key's lease), so that the parent's own lookup of that key waits for this compile
 instead of racing it. The compiled graph reaches the parent through the store. The worker exits
-at EOF on stdin (its parent is gone) or after `IDLE_EXIT_S` without work, so an idle job does not
-keep a CUDA context and a torch import resident.
+at EOF (its parent is gone) or after `IDLE_EXIT_S` without work, so an idle job does not keep a
+CUDA context and a torch import resident.
+
+Where the node pool runs, the worker is forked from the pool's warm forkserver (`serve_forked`,
+over a Unix socket the parent listens on): importing torch and Inductor costs ~12 s of the
+critical path on the H100 host, longer than the forward compile it should overlap. Otherwise it
+is a plain subprocess over stdin/stdout (`main`).
 """
 from __future__ import annotations
 
@@ -78,26 +82,21 @@ def _prewarm() -> None:
         backward_graph.dump_fx_keys(os.environ["PCOMPILE_DEBUG_FX_KEYS"])
 
 
-def main() -> int:
+def serve(in_fd: int, out_fd: int) -> int:
+    """Install the hooks, prewarm, say ready, then run jobs until EOF or idle."""
     global _out_fd
-    # The protocol owns the real stdout; compilers' stray prints go to stderr.
-    _out_fd = os.dup(1)
-    os.dup2(2, 1)
+    _out_fd = out_fd
     os.environ["PCOMPILE_BACKWARD_AHEAD"] = "0"  # never speculate from inside the speculation
     import torch  # noqa: F401
 
     from pcompile.inductor import flight, hooks
     from pcompile.pool import protocol
 
-    from pcompile.pool.worker import _die_with_parent
-
-    _die_with_parent()
     t0 = time.perf_counter()
     hooks.install_hooks()
     _prewarm()
     flight.add_listener(_on_lookup)
     _send({"op": "ready", "pid": os.getpid(), "prewarm_s": time.perf_counter() - t0})
-    in_fd = sys.stdin.fileno()
     while True:
         try:
             msg = protocol.read_frame_fd(in_fd, deadline=time.monotonic() + IDLE_EXIT_S)
@@ -107,6 +106,28 @@ def main() -> int:
             _run(int(msg["id"]), msg["data"])
         elif msg.get("op") == "exit":
             return 0
+
+
+def serve_forked(socket_path: str, env: dict[str, str]) -> None:
+    """Entry point in a process the node pool forked from its warm forkserver (torch, Inductor
+    imported): take on the requesting job's environment, connect back to it, serve."""
+    import socket
+
+    os.environ.clear()
+    os.environ.update(env)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(socket_path)
+    serve(sock.fileno(), sock.fileno())
+
+
+def main() -> int:
+    """Entry point as `python -m pcompile.inductor.backward_worker` (no node pool to fork from)."""
+    from pcompile.pool.worker import _die_with_parent
+
+    _die_with_parent()
+    out_fd = os.dup(1)  # the protocol owns the real stdout; compilers' stray prints go to stderr
+    os.dup2(2, 1)
+    return serve(sys.stdin.fileno(), out_fd)
 
 
 if __name__ == "__main__":
