@@ -251,6 +251,10 @@ class Shipment:
     example_inputs: list[Any]
     inductor_config: dict[str, Any]
     flags: dict[str, Any]
+    #: bytes of each input's storage: a saved activation is often a view into a larger buffer
+    #: (q, k, v of one projection), the pickler rebuilds minimal storages, and the storage size is
+    #: part of the FX key.
+    storage_bytes: list[int | None] = dataclasses.field(default_factory=list)
 
 
 def dumps(bw_module: Any) -> bytes:
@@ -267,7 +271,9 @@ def dumps(bw_module: Any) -> bytes:
             pass
     flags["deterministic"] = torch.are_deterministic_algorithms_enabled()
     flags["deterministic_warn_only"] = torch.is_deterministic_algorithms_warn_only_enabled()
-    shipment = Shipment(bw_module, placeholder_vals(bw_module), iconfig.save_config_portable(), flags)
+    vals = placeholder_vals(bw_module)
+    storage = [int(v.untyped_storage().nbytes()) if isinstance(v, torch.Tensor) else None for v in vals]
+    shipment = Shipment(bw_module, vals, iconfig.save_config_portable(), flags, storage)
     # Every op by name (the default filter refuses non-aten ops such as prims.fma, which
     # decompositions emit): both ends run the same torch, so the names resolve.
     # Node metadata naming the user's modules and functions (forward stacks copied onto backward
@@ -328,6 +334,20 @@ def prewarm() -> None:
         pass
 
 
+def _with_storage(inputs: list[Any], storage_bytes: list[int | None], fake_mode: Any) -> list[Any]:
+    """Inputs that viewed a larger storage in the parent view one of that size here too."""
+    import torch
+
+    out = []
+    for t, nbytes in zip(inputs, storage_bytes + [None] * (len(inputs) - len(storage_bytes))):
+        if isinstance(t, torch.Tensor) and nbytes and t.untyped_storage().nbytes() != nbytes and t.element_size():
+            with fake_mode:
+                base = torch.empty((nbytes // t.element_size(),), dtype=t.dtype, device=t.device)
+                t = base.as_strided(t.shape, t.stride(), t.storage_offset())
+        out.append(t)
+    return out
+
+
 def _inner_compile() -> Callable[..., Any]:
     """compile_fx's inner compile as `compile_fx` builds it (2.14 binds the decomposition table,
     which enters the FX cache key as a kwarg)."""
@@ -358,10 +378,11 @@ def compile_shipped(data: bytes) -> None:
         raise TypeError(f"expected a Shipment, got {type(shipment).__name__}")
     context = torch._guards.TracingContext(fake_mode)
     _apply_flags(shipment.flags)
+    inputs = _with_storage(list(shipment.example_inputs), shipment.storage_bytes, fake_mode)
     with contextlib.ExitStack() as stack:
         stack.enter_context(iconfig.patch(shipment.inductor_config))
         stack.enter_context(V.set_fake_mode(fake_mode))
         stack.enter_context(torch._guards.tracing(context))
         stack.enter_context(torch.no_grad())
         stack.enter_context(torch._C._DisableAutocast())
-        compile_fx_backward(shipment.gm, shipment.example_inputs, _config_extra(), inner_compile=_inner_compile())
+        compile_fx_backward(shipment.gm, inputs, _config_extra(), inner_compile=_inner_compile())
