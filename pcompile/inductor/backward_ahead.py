@@ -32,6 +32,8 @@ from pcompile.inductor.timing import emit, now
 log = logging.getLogger("pcompile.inductor")
 
 ENV = "PCOMPILE_BACKWARD_AHEAD"
+#: fork (from the node pool's forkserver, the default) or subprocess (a fresh interpreter).
+ENV_HOW = "PCOMPILE_BACKWARD_WORKER"
 #: How long the parent waits for a started job to claim its key (worker start-up included).
 CLAIM_TIMEOUT_S = 60.0
 
@@ -159,7 +161,7 @@ class Worker:
     def _run_child(self, generation: int, env: dict[str, str]) -> None:
         """Start the child (forked by the node pool if there is one, else a subprocess), then read."""
         try:
-            channel = _fork_from_pool(env)
+            channel = _fork_from_pool(env) if os.environ.get(ENV_HOW, "fork") == "fork" else None
             how = "forked"
         except Exception as exc:
             log.debug("pcompile: backward worker not forked from the node pool (%s); starting a subprocess", exc)
@@ -208,7 +210,7 @@ class Worker:
             op = msg.get("op")
             if op == "ready":
                 emit("backward_worker_start", self.started, now() - self.started, prewarm_s=msg.get("prewarm_s"),
-                     how=self.how)
+                     how=self.how, bad_fork=msg.get("bad_fork"))
                 with self.lock:
                     self.ready = True
                     self.pid = int(msg.get("pid") or 0) or None

@@ -92,11 +92,16 @@ def serve(in_fd: int, out_fd: int) -> int:
     from pcompile.inductor import flight, hooks
     from pcompile.pool import protocol
 
+    import faulthandler
+
     t0 = time.perf_counter()
+    faulthandler.dump_traceback_later(30.0, exit=False)  # a stuck start-up names where it is stuck
     hooks.install_hooks()
     _prewarm()
+    faulthandler.cancel_dump_traceback_later()
     flight.add_listener(_on_lookup)
-    _send({"op": "ready", "pid": os.getpid(), "prewarm_s": time.perf_counter() - t0})
+    _send({"op": "ready", "pid": os.getpid(), "prewarm_s": time.perf_counter() - t0,
+           "bad_fork": bool(getattr(torch.cuda, "_is_in_bad_fork", lambda: False)())})
     while True:
         try:
             msg = protocol.read_frame_fd(in_fd, deadline=time.monotonic() + IDLE_EXIT_S)

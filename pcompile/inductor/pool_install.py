@@ -46,7 +46,7 @@ ENV_EAGER = "PCOMPILE_POOL_EAGER"
 DEFAULT_IDLE_EXIT = 120.0
 ARTIFACT = "inductor-triton-worker-result-v1"
 BLOB = "result"
-WORKER_PRELOAD = ("torch", "torch._inductor.compile_fx", "torch._inductor.runtime.compile_tasks", "torch._inductor.runtime.triton_heuristics", "pcompile.inductor.compat.pool_hook", "pcompile.pool.prewarm")
+WORKER_PRELOAD = ("torch", "torch._inductor.runtime.compile_tasks", "torch._inductor.runtime.triton_heuristics", "pcompile.inductor.compat.pool_hook", "pcompile.pool.prewarm")
 
 
 def _env_float(name: str, default: float) -> float:
