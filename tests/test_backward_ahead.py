@@ -106,8 +106,9 @@ def _run(tmp_path: Path, mode: str, name: str = "run", **env: str) -> tuple[dict
     root = tmp_path / name
     script = t.write_script(root / "app", "step.py", SCRIPT)
     cache = root / "cache"
-    environ = t.clean_env(PCOMPILE_CACHE_DIR=str(cache), TORCHINDUCTOR_CACHE_DIR=str(root / "inductor"),
-                          PCOMPILE_EVENTS="1", PCOMPILE_BACKWARD_AHEAD="1", **env)
+    settings = {"PCOMPILE_CACHE_DIR": str(cache), "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
+                "PCOMPILE_EVENTS": "1", "PCOMPILE_BACKWARD_AHEAD": "1", **env}
+    environ = t.clean_env(**settings)
     result, err = t.run(script, mode, environ, args=[], timeout=300)
     events = []
     for path in sorted((cache / "events").glob("*.jsonl")):
@@ -162,15 +163,6 @@ def test_worker_killed_mid_compile_does_not_fail_the_job(tmp_path: Path) -> None
     assert result["inductor"].get("fxgraph_cache_hit", 0) == outcomes.count("used"), (result["inductor"], outcomes)
 
 
-class DeadWorkerLeaseStall(AssertionError):
-    """The parent waited out the lease of a worker it knew was dead."""
-
-
-@pytest.mark.xfail(strict=True, raises=DeadWorkerLeaseStall, reason=(
-    "product bug: a worker SIGKILLed after claiming its FX graph key leaves its store lease behind; "
-    "backward_ahead marks the job failed at once (Worker._lost) but the parent's own FX lookup "
-    "(flight.lookup -> TieredStore.acquire_or_wait) keeps waiting until the lease goes stale "
-    "(PCOMPILE_LEASE_TIMEOUT, 60 s by default) before compiling the backward itself"))
 def test_worker_killed_after_claim_does_not_stall_the_job(tmp_path: Path) -> None:
     lease_timeout = 20.0
     result, events, err = _run(tmp_path, "kill-claimed", PCOMPILE_LEASE_TIMEOUT=str(int(lease_timeout)))
@@ -182,9 +174,10 @@ def test_worker_killed_after_claim_does_not_stall_the_job(tmp_path: Path) -> Non
     killed = ahead[0]  # the first region's job is the first one the worker gets
     assert killed["outcome"] == "not-used", ahead
     # That backward took a normal compile's time (a few seconds here), not a lease timeout.
-    if killed["dur"] >= lease_timeout * 0.6:
-        raise DeadWorkerLeaseStall(f"the parent's backward compile took {killed['dur']:.1f} s after its worker was "
-                                   f"killed (lease timeout {lease_timeout:.0f} s): {killed}")
+    # (the dead worker's lease is broken at once: its holder is a dead process of this host)
+    assert killed["dur"] < lease_timeout * 0.6, (
+        f"the parent's backward compile took {killed['dur']:.1f} s after its worker was killed "
+        f"(lease timeout {lease_timeout:.0f} s): {killed}")
 
 
 def test_off_switch(tmp_path: Path) -> None:

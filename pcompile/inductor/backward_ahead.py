@@ -32,8 +32,6 @@ from pcompile.inductor.timing import emit, now
 log = logging.getLogger("pcompile.inductor")
 
 ENV = "PCOMPILE_BACKWARD_AHEAD"
-#: fork (from the node pool's forkserver, the default) or subprocess (a fresh interpreter).
-ENV_HOW = "PCOMPILE_BACKWARD_WORKER"
 #: How long the parent waits for a started job to claim its key (worker start-up included).
 CLAIM_TIMEOUT_S = 60.0
 
@@ -159,21 +157,14 @@ class Worker:
                          daemon=True).start()
 
     def _run_child(self, generation: int, env: dict[str, str]) -> None:
-        """Start the child (forked by the node pool if there is one, else a subprocess), then read."""
+        """Start the child, then read its replies until it exits."""
         try:
-            channel = _fork_from_pool(env) if os.environ.get(ENV_HOW, "fork") == "fork" else None
-            how = "forked"
-        except Exception as exc:
-            log.debug("pcompile: backward worker not forked from the node pool (%s); starting a subprocess", exc)
-            channel = None
-        if channel is None:
-            try:
-                channel = _subprocess(env)
-                how = "subprocess"
-            except OSError as exc:
-                log.info("pcompile: cannot start the backward worker (%s)", exc)
-                self._lost(generation, f"cannot start ({exc})")
-                return
+            channel = _subprocess(env)
+            how = "subprocess"
+        except OSError as exc:
+            log.info("pcompile: cannot start the backward worker (%s)", exc)
+            self._lost(generation, f"cannot start ({exc})")
+            return
         recv_fd, send_fd, closer = channel
         with self.lock:
             if generation != self.generation:
@@ -210,7 +201,7 @@ class Worker:
             op = msg.get("op")
             if op == "ready":
                 emit("backward_worker_start", self.started, now() - self.started, prewarm_s=msg.get("prewarm_s"),
-                     how=self.how, bad_fork=msg.get("bad_fork"))
+                     how=self.how)
                 with self.lock:
                     self.ready = True
                     self.pid = int(msg.get("pid") or 0) or None
@@ -269,43 +260,6 @@ def _subprocess(env: dict[str, str]) -> tuple[int, int, Any]:
         proc.poll()  # reaped if it has exited
 
     return proc.stdout.fileno(), proc.stdin.fileno(), closer
-
-
-def _fork_from_pool(env: dict[str, str]) -> tuple[int, int, Any] | None:
-    """A worker forked by this node's compile pool daemon, connected back over a Unix socket."""
-    import shutil
-    import socket
-    import tempfile
-
-    from pcompile.inductor import pool_install
-    from pcompile.inductor.backward_worker import serve_forked
-
-    router = pool_install.router()
-    pool = getattr(router, "jobs", None)
-    if pool is None or not hasattr(pool, "fork") or not pool.wait_connected(15.0):
-        return None
-    directory = tempfile.mkdtemp(prefix="pcompile-bw-")
-    path = os.path.join(directory, "s")
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        listener.bind(path)
-        listener.listen(1)
-        listener.settimeout(CLAIM_TIMEOUT_S)
-        pool.fork(serve_forked, (path, env))
-        conn, _ = listener.accept()
-    finally:
-        listener.close()
-        shutil.rmtree(directory, ignore_errors=True)
-    conn.settimeout(None)
-
-    def closer() -> None:
-        try:
-            conn.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        conn.close()
-
-    return conn.fileno(), conn.fileno(), closer
 
 
 _worker: Worker | None = None

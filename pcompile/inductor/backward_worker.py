@@ -14,10 +14,11 @@ instead of racing it. The compiled graph reaches the parent through the store. T
 at EOF (its parent is gone) or after `IDLE_EXIT_S` without work, so an idle job does not keep a
 CUDA context and a torch import resident.
 
-Where the node pool runs, the worker is forked from the pool's warm forkserver (`serve_forked`,
-over a Unix socket the parent listens on): importing torch and Inductor costs ~12 s of the
-critical path on the H100 host, longer than the forward compile it should overlap. Otherwise it
-is a plain subprocess over stdin/stdout (`main`).
+It is a fresh interpreter, so it pays torch's and Inductor's imports (~13 s on the H100 host) before
+its first graph: it is started at the first AOTAutograd miss of a job, i.e. as soon as the job
+knows it will compile, which is still later than the first partition on GPT-2-sized models.
+(Forking it from the node pool's warm forkserver was tried: the fork saw no CUDA device, took the
+CPU path of the key fingerprint and hung in Inductor's ISA probe; see benchmarks/RESULTS.md.)
 """
 from __future__ import annotations
 
@@ -100,8 +101,7 @@ def serve(in_fd: int, out_fd: int) -> int:
     _prewarm()
     faulthandler.cancel_dump_traceback_later()
     flight.add_listener(_on_lookup)
-    _send({"op": "ready", "pid": os.getpid(), "prewarm_s": time.perf_counter() - t0,
-           "bad_fork": bool(getattr(torch.cuda, "_is_in_bad_fork", lambda: False)())})
+    _send({"op": "ready", "pid": os.getpid(), "prewarm_s": time.perf_counter() - t0})
     while True:
         try:
             msg = protocol.read_frame_fd(in_fd, deadline=time.monotonic() + IDLE_EXIT_S)
@@ -113,20 +113,8 @@ def serve(in_fd: int, out_fd: int) -> int:
             return 0
 
 
-def serve_forked(socket_path: str, env: dict[str, str]) -> None:
-    """Entry point in a process the node pool forked from its warm forkserver (torch, Inductor
-    imported): take on the requesting job's environment, connect back to it, serve."""
-    import socket
-
-    os.environ.clear()
-    os.environ.update(env)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.connect(socket_path)
-    serve(sock.fileno(), sock.fileno())
-
-
 def main() -> int:
-    """Entry point as `python -m pcompile.inductor.backward_worker` (no node pool to fork from)."""
+    """Entry point: `python -m pcompile.inductor.backward_worker`, talking over stdin/stdout."""
     from pcompile.pool.worker import _die_with_parent
 
     _die_with_parent()

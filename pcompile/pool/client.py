@@ -209,15 +209,6 @@ class NodePool(JobPool):
         """The daemon's own report (workers, queue, slots); raises PoolUnavailable if none runs."""
         return self._call({"op": "status", "id": 0}, timeout)
 
-    def fork(self, fn: Callable[..., Any], args: tuple[Any, ...] = (), timeout: float = 30.0) -> None:
-        """Run fn(*args) in a new process forked from the daemon's warm forkserver, detached.
-
-        Raises PoolUnavailable if no daemon runs here or it refuses (an older daemon)."""
-        payload = pickle.dumps((fn, args), protocol=pickle.HIGHEST_PROTOCOL)
-        reply = self._call({"op": "fork", "id": 0, "payload": payload}, timeout)
-        if not reply.get("ok"):
-            raise PoolUnavailable(str(reply.get("error") or "the pool daemon did not start the helper"))
-
     def stop_daemon(self, timeout: float = 10.0) -> None:
         """Ask the daemon to exit now (tests, `pcompile` CLI); running jobs are abandoned."""
         paths = PoolPaths.for_cache_dir(self.cache_dir)

@@ -442,27 +442,11 @@ class Daemon:
             )
         elif op == "status":
             client.send({"op": "status", "id": msg.get("id"), **self.status()})
-        elif op == "fork":
-            client.send({"op": "fork", "id": msg.get("id"), **self.fork(msg.get("payload", b""))})
         elif op == "stop":
             log.info("stop requested by client %d", client.id)
             self.stopping.set()
         else:
             client.send({"op": "error", "id": msg.get("id"), "error": f"unknown op {op!r}"})
-
-    def fork(self, payload: bytes) -> dict[str, Any]:
-        """Start a helper process from the warm forkserver (torch and Inductor already imported):
-        a client's helper (pcompile.inductor.backward_worker) starts in milliseconds instead of
-        paying the imports again. The helper detaches at once; it is not a pool worker."""
-        proc = self.mp.Process(target=worker.run_detached, args=(payload,), name="pcompile-helper", daemon=True)
-        try:
-            proc.start()
-            proc.join(30.0)
-        except Exception as exc:
-            return {"ok": False, "error": f"cannot fork a helper ({type(exc).__name__}: {exc})"}
-        if proc.exitcode != 0:
-            return {"ok": False, "error": f"helper launcher {describe_exit(proc.exitcode)}"}
-        return {"ok": True}
 
     def reply(self, job: Job, outcome: dict[str, Any]) -> None:
         if outcome.get("ok"):

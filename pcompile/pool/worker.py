@@ -56,22 +56,6 @@ def run_job(payload: bytes) -> dict[str, Any]:
         }
 
 
-def run_detached(payload: bytes) -> None:
-    """Forked from the forkserver for a client: fork again, so the helper belongs to neither the
-    daemon nor its forkserver (the daemon's exit must not wait for it or kill it), then run the
-    pickled (fn, args) in a session of its own."""
-    if os.fork() != 0:
-        os._exit(0)
-    try:
-        os.setsid()
-        fn, args = pickle.loads(payload)
-        fn(*args)
-    except BaseException:
-        traceback.print_exc()
-        os._exit(1)
-    os._exit(0)
-
-
 def serve(conn: Any, preload: tuple[str, ...] = ()) -> None:
     """Worker main loop over a multiprocessing Connection: ready, then run jobs until EOF/exit."""
     _die_with_parent()

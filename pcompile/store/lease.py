@@ -59,6 +59,29 @@ def _read_holder(path: Path) -> str | None:
         return None
 
 
+def _holder_died_here(path: Path) -> bool:
+    """The lease's holder is a process of this host that no longer exists."""
+    raw = fsio.read_file(path)
+    try:
+        body = json.loads(raw) if raw else {}
+        pid, host = int(body.get("pid") or 0), body.get("host")
+    except (ValueError, AttributeError, TypeError):
+        return False
+    if pid <= 0 or host != socket.gethostname() or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # EPERM: alive, someone else's
+        return False
+    try:  # killed but not yet reaped by its parent: a zombie holds nothing
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return False
+
+
 class LeaseDir:
     """Leases for one directory tier; `timeout` is how long a silent holder is trusted."""
 
@@ -93,6 +116,8 @@ class LeaseDir:
             mtime = path.stat().st_mtime
         except FileNotFoundError:
             return True  # released between our attempts: try again
+        if _holder_died_here(path):
+            return True  # a crashed process on this host: no need to wait out its heartbeat
         now = time.monotonic()
         seen = self._seen.get(name)
         if seen is None or seen[0] != mtime:
