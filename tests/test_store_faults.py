@@ -124,6 +124,26 @@ def test_dead_lease_holder_is_taken_over(tmp_path: Path) -> None:
     entry, outcome = waiter.get_or_compute(key, lambda: Entry(key, {"code": b"ok"}, inputs), wait_timeout=30)
     took = time.monotonic() - t0
     assert outcome == "compiled" and entry.blobs == {"code": b"ok"}
+    # The holder was a process of this host and is gone: no need to wait out its heartbeat.
+    assert took < 1.5, f"takeover after {took:.1f}s, lease timeout 2s"
+
+
+def test_silent_holder_on_another_host_is_taken_over_after_the_timeout(tmp_path: Path) -> None:
+    """A lease of another host cannot be checked for a live process: only its heartbeat counts."""
+    import json
+    import socket
+
+    waiter = _store(tmp_path, "w", lease_timeout=2.0)
+    key, inputs = make_key("kernel", "remote-holder", FP)
+    assert waiter.leases is not None
+    path = waiter.leases.path(str(key))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    other = f"not-{socket.gethostname()}"
+    path.write_text(json.dumps({"holder": f"{other}:1:x", "pid": 1, "host": other, "since": time.time()}))
+    t0 = time.monotonic()
+    entry, outcome = waiter.get_or_compute(key, lambda: Entry(key, {"code": b"ok"}, inputs), wait_timeout=30)
+    took = time.monotonic() - t0
+    assert outcome == "compiled" and entry.blobs == {"code": b"ok"}
     assert 1.5 <= took < 8, f"takeover after {took:.1f}s, lease timeout 2s"
 
 

@@ -9,9 +9,9 @@ makes it wait for the worker's result instead of compiling it again. The FX grap
 check: if the compiled forward saved its activations with other strides than the partition
 predicted, the parent's key differs and it compiles the backward itself, as before.
 
-One worker per process, started on the first partition this process compiles (hot jobs never
+One worker per process, started at the first AOTAutograd miss of this process (hot jobs never
 start one), reused for later regions, gone when the job ends or after two idle minutes.
-`PCOMPILE_BACKWARD_AHEAD=0` turns it off.
+Off unless `PCOMPILE_BACKWARD_AHEAD=1` (see `wanted()` for why).
 """
 from __future__ import annotations
 
@@ -38,25 +38,11 @@ CLAIM_TIMEOUT_S = 60.0
 _tls = threading.local()
 
 
-#: Below this many usable CPUs the default is off: the worker's lowering and its kernels would
-#: take CPU from the forward's compile rather than use idle cores.
-MIN_CPUS = 4
-
-
 def wanted() -> bool:
-    """PCOMPILE_BACKWARD_AHEAD=1/0 decides; unset means on when the host has MIN_CPUS to spare."""
-    value = os.environ.get(ENV, "").strip().lower()
-    if value:
-        return value not in {"0", "false", "no", "off"}
-    return usable_cpus() >= MIN_CPUS
-
-
-def usable_cpus() -> float:
-    from pcompile.pool import sizing
-
-    limit = sizing.cgroup_cpu_limit()
-    cpus = float(sizing.affinity_cpus())
-    return min(cpus, limit) if limit else cpus
+    """Opt-in (PCOMPILE_BACKWARD_AHEAD=1): measured on the H100 the gain is within run-to-run noise
+    (benchmarks/RESULTS.md, session 3), it costs ~20-30 CPU-s per cold job, and the worker holds a
+    CUDA context of its own on the job's GPU until it idles out."""
+    return os.environ.get(ENV, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
 @contextlib.contextmanager
