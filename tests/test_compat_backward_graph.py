@@ -2,6 +2,8 @@
 (backward ahead) are where it expects them on this torch, and its small helpers behave."""
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
@@ -219,4 +221,28 @@ def test_hooks_see_the_partitioned_backward_and_its_real_inputs(stock_stages: di
         torch.testing.assert_close((x.grad, w.grad), grads)
     finally:
         backward_graph.uninstall()
+        torch._dynamo.reset()
+
+
+def test_fx_key_dump_writes_inductor_s_description(tmp_path: Path) -> None:
+    """PCOMPILE_DEBUG_FX_KEYS: one file per FX key this process computes, Inductor's own lines."""
+    import torch
+    import torch._inductor.codecache as cc
+
+    original = cc.compiled_fx_graph_hash
+    try:
+        backward_graph.dump_fx_keys(str(tmp_path))
+        backward_graph.dump_fx_keys(str(tmp_path))  # twice: still one wrapper
+        assert getattr(cc.compiled_fx_graph_hash, backward_graph._WRAPPED) is original
+        torch._dynamo.reset()
+        from torch._inductor import config as iconfig
+
+        with iconfig.patch(fx_graph_cache=True, force_disable_caches=False):
+            torch.compile(lambda x: x.sin() + 1, backend="inductor")(torch.randn(8))
+        files = list(tmp_path.glob(f"{os.getpid()}-*.txt"))
+        assert files, "no key description written"
+        text = files[0].read_text()
+        assert "example_inputs[0]: TensorMetadata" in text and "gm:" in text
+    finally:
+        cc.compiled_fx_graph_hash = original
         torch._dynamo.reset()

@@ -79,8 +79,6 @@ def _prewarm() -> None:
         except Exception:
             pass
     backward_graph.prewarm()
-    if os.environ.get("PCOMPILE_DEBUG_FX_KEYS"):
-        backward_graph.dump_fx_keys(os.environ["PCOMPILE_DEBUG_FX_KEYS"])
 
 
 def serve(in_fd: int, out_fd: int) -> int:

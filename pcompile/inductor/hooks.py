@@ -73,6 +73,7 @@ def install_hooks() -> bool:
         _install_pool()
         if state.active:
             _install_backward_ahead()
+            _install_key_dump()
         return state.active
 
 
@@ -149,11 +150,18 @@ def _install_backward_ahead() -> None:
     from pcompile.inductor.compat import backward_graph
 
     backward_graph.install(backward_ahead.on_partition, backward_ahead.around_backward)
-    if os.environ.get("PCOMPILE_DEBUG_FX_KEYS"):
-        backward_graph.dump_fx_keys(os.environ["PCOMPILE_DEBUG_FX_KEYS"])
     from pcompile.inductor import flight
 
     flight.add_listener(backward_ahead.on_lookup)
+
+
+def _install_key_dump() -> None:
+    """PCOMPILE_DEBUG_FX_KEYS=DIR: Inductor's description of every FX graph key, one file each."""
+    directory = os.environ.get("PCOMPILE_DEBUG_FX_KEYS", "").strip()
+    if directory and compat.check("backward_graph") is None:
+        from pcompile.inductor.compat import backward_graph
+
+        backward_graph.dump_fx_keys(directory)
 
 
 def uninstall_hooks() -> None:
