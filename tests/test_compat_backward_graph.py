@@ -237,8 +237,14 @@ def test_fx_key_dump_writes_inductor_s_description(tmp_path: Path) -> None:
         torch._dynamo.reset()
         from torch._inductor import config as iconfig
 
-        with iconfig.patch(fx_graph_cache=True, force_disable_caches=False):
-            torch.compile(lambda x: x.sin() + 1, backend="inductor")(torch.randn(8))
+        import torch._functorch.config as fconfig
+
+        # A shape no other test uses and no AOTAutograd cache: an AOTAutograd hit would load the
+        # FX graph by its stored key without computing one.
+        n = 8 + os.getpid() % 97
+        with iconfig.patch(fx_graph_cache=True, force_disable_caches=False), \
+                fconfig.patch(enable_autograd_cache=False):
+            torch.compile(lambda x: x.sin() + 1, backend="inductor")(torch.randn(n, 3))
         files = list(tmp_path.glob(f"{os.getpid()}-*.txt"))
         assert files, "no key description written"
         text = files[0].read_text()
