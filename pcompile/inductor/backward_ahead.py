@@ -28,6 +28,7 @@ import time
 from typing import Any, Iterator
 
 from pcompile.inductor.timing import emit, now
+from pcompile.thread_flags import is_raised, raised
 
 log = logging.getLogger("pcompile.inductor")
 
@@ -48,12 +49,8 @@ def wanted() -> bool:
 @contextlib.contextmanager
 def allowed() -> Iterator[None]:
     """Speculate only inside pcompile's own backend calls (other backends' graphs are not ours)."""
-    previous = getattr(_tls, "allowed", False)
-    _tls.allowed = True
-    try:
+    with raised(_tls, "allowed"):
         yield
-    finally:
-        _tls.allowed = previous
 
 
 @dataclasses.dataclass(eq=False)
@@ -61,7 +58,6 @@ class Job:
     id: int
     data: bytes
     guessed: list[Any]  # the backward's inputs as the partition predicted them (what was shipped)
-    submitted: float
     state: str = "queued"  # queued -> sent -> claimed -> done | failed | cancelled
     key: str = ""
     error: str = ""
@@ -92,12 +88,11 @@ class Worker:
         self.busy: Job | None = None
         self.next_id = 0
         self.started = 0.0
-        self.how = ""
 
     def submit(self, data: bytes, guessed: list[Any]) -> Job:
         with self.lock:
             self.next_id += 1
-            job = Job(self.next_id, data, guessed, time.monotonic())
+            job = Job(self.next_id, data, guessed)
             self.jobs[job.id] = job
             self.queue.append(job)
             self._start_locked()
@@ -145,18 +140,16 @@ class Worker:
     def _run_child(self, generation: int, env: dict[str, str]) -> None:
         """Start the child, then read its replies until it exits."""
         try:
-            channel = _subprocess(env)
-            how = "subprocess"
+            recv_fd, send_fd, closer = _subprocess(env)
         except OSError as exc:
             log.info("pcompile: cannot start the backward worker (%s)", exc)
             self._lost(generation, f"cannot start ({exc})")
             return
-        recv_fd, send_fd, closer = channel
         with self.lock:
             if generation != self.generation:
                 closer()
                 return
-            self.send_fd, self.closer, self.how = send_fd, closer, how
+            self.send_fd, self.closer = send_fd, closer
         self._read(generation, recv_fd)
         closer()
         self._lost(generation, "worker exited")
@@ -187,7 +180,7 @@ class Worker:
             op = msg.get("op")
             if op == "ready":
                 emit("backward_worker_start", self.started, now() - self.started, prewarm_s=msg.get("prewarm_s"),
-                     how=self.how)
+                     how="subprocess")
                 with self.lock:
                     self.ready = True
                     self.pid = int(msg.get("pid") or 0) or None
@@ -265,13 +258,13 @@ def worker() -> Worker:
 def on_lookup(kind: str, key: str, outcome: str) -> None:
     """flight calls this: an AOTAutograd entry this process must compile starts the worker, so
     its torch import overlaps the forward's tracing rather than delaying the first shipment."""
-    if kind == "autograd" and outcome == "leased" and getattr(_tls, "allowed", False) and wanted():
+    if kind == "autograd" and outcome == "leased" and is_raised(_tls, "allowed") and wanted():
         worker().start()
 
 
 def on_partition(part: Any) -> None:
     """compat.backward_graph calls this with every partitioned joint graph."""
-    if not getattr(_tls, "allowed", False) or not wanted():
+    if not is_raised(_tls, "allowed") or not wanted():
         return
     if part.why_not is not None:
         log.info("pcompile: backward not compiled ahead: %s", part.why_not)

@@ -26,6 +26,7 @@ import threading
 from typing import Any, Iterator
 
 from pcompile.inductor import flight
+from pcompile.thread_flags import raised
 from pcompile.inductor.compat import remote_cache as compat
 
 #: layer the factory serves -> (fingerprint kind, single flight?)
@@ -59,12 +60,8 @@ def autotune_policy() -> str:
 @contextlib.contextmanager
 def predicting() -> Iterator[None]:
     """Autotune puts in this block (this thread) are predictions, not measured winners."""
-    before = getattr(_tls, "predicting", False)
-    _tls.predicting = True
-    try:
+    with raised(_tls, "predicting"):
         yield
-    finally:
-        _tls.predicting = before
 
 
 def _predicted_lookup(key: str) -> bytes | None:

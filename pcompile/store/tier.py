@@ -11,6 +11,8 @@ import logging
 import threading
 from typing import Callable, Iterator
 
+from pcompile.thread_flags import is_raised, raised
+
 from pcompile.errors import CorruptEntryError
 from pcompile.keys.key import Key
 from pcompile.store.entry import Entry, Manifest, blob_hash, verify_blob
@@ -41,16 +43,12 @@ _housekeeping = threading.local()
 def housekeeping() -> Iterator[None]:
     """Reads in this block (this thread) check entries; they are not uses, so a directory tier
     must not refresh atime, which its GC takes as last access."""
-    before = getattr(_housekeeping, "on", False)
-    _housekeeping.on = True
-    try:
+    with raised(_housekeeping, "on"):
         yield
-    finally:
-        _housekeeping.on = before
 
 
 def in_housekeeping() -> bool:
-    return getattr(_housekeeping, "on", False)
+    return is_raised(_housekeeping, "on")
 
 
 class Tier(abc.ABC):

@@ -28,7 +28,6 @@ import contextlib
 import dataclasses
 import functools
 import importlib
-import sys
 from typing import Any, Callable
 
 from pcompile.inductor.compat import CompatError, require_attr
@@ -111,18 +110,12 @@ def install(on_partition: Callable[[Partitioned], None],
 
         def wrap(compiler: Callable[..., Any]) -> Callable[..., Any]:
             def compile_backward(gm: Any, placeholders: Any) -> Any:
-                try:
-                    around = around_backward(bw_module, list(placeholders))
-                    around.__enter__()
-                except Exception:
+                with contextlib.ExitStack() as stack:
+                    try:
+                        stack.enter_context(around_backward(bw_module, list(placeholders)))
+                    except Exception:  # the speculation's trouble never fails the real compile
+                        pass
                     return compiler(gm, placeholders)
-                try:
-                    out = compiler(gm, placeholders)
-                except BaseException:
-                    around.__exit__(*sys.exc_info())
-                    raise
-                around.__exit__(None, None, None)
-                return out
             return compile_backward
 
         # 2.14 passes the compiler as the 7th argument; 2.11 reads aot_config.bw_compiler.
