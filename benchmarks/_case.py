@@ -14,8 +14,10 @@ T_START = time.time()
 import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
+import re  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
+import threading  # noqa: E402
 import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -80,6 +82,59 @@ def _events_summary() -> dict | None:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
+def _thread_cpu() -> dict[int, tuple[str, float]]:
+    """CPU seconds of each live thread of this process (Linux /proc), named as Python names it."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[int, tuple[str, float]] = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        comm = stat[stat.find("(") + 1:stat.rfind(")")]
+        fields = stat[stat.rfind(")") + 2:].split()
+        out[int(tid)] = (names.get(int(tid), comm), (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def _thread_cpu_delta(before: dict[int, tuple[str, float]], main_tid: int) -> dict[str, float]:
+    """Per-thread-group CPU seconds since `before` (groups: names with their numbers stripped)."""
+    groups: dict[str, float] = {}
+    for tid, (name, cpu) in _thread_cpu().items():
+        spent = cpu - (before.get(tid, (name, 0.0))[1])
+        group = "main" if tid == main_tid else re.sub(r"[-_ ]?\d+$", "", re.sub(r" \(.*\)$", "", name))
+        groups[group] = groups.get(group, 0.0) + spent
+    return {k: round(v, 2) for k, v in sorted(groups.items(), key=lambda kv: -kv[1]) if v >= 0.01}
+
+
+def _machine_busy_s() -> float | None:
+    """CPU seconds all processes of the machine spent busy so far (who else competed for the cores)."""
+    try:
+        import psutil
+
+        t = psutil.cpu_times()
+        return sum(t) - t.idle - getattr(t, "iowait", 0.0)
+    except Exception:
+        return None
+
+
+def _phases() -> dict[str, float]:
+    """Inductor/Dynamo's own phase timers (wall seconds, summed over calls), largest first."""
+    try:
+        from torch._dynamo.utils import compilation_time_metrics
+
+        totals = {k: sum(v) for k, v in compilation_time_metrics.items()}
+        return {k: round(v, 3) for k, v in sorted(totals.items(), key=lambda kv: -kv[1])[:40] if v >= 0.01}
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}  # type: ignore[dict-item]
+
+
 def _kernel_ms_per_step(step, sync, n: int) -> float | None:
     """GPU time in kernels per step (profiler, after the timed steps): compares the kernels two
     processes chose without the CPU-side noise of wall-clock steps of a few ms."""
@@ -140,6 +195,7 @@ def run(args: argparse.Namespace) -> dict:
     sync()
     res["startup_s"] = round(time.time() - T_START, 3)  # imports + model build, before any compile
     cpu0 = _cpu_seconds()
+    threads0, busy0, main_tid = _thread_cpu(), _machine_busy_s(), threading.get_native_id()
     times, losses = [], []
     prof_path = os.environ.get("PCOMPILE_BENCH_PROFILE_DIR")
     only = [x for x in os.environ.get("PCOMPILE_BENCH_PROFILE_LABELS", "").split(",") if x]
@@ -166,6 +222,11 @@ def run(args: argparse.Namespace) -> dict:
         if i == 0:
             res["compile_cpu_s"] = round(_cpu_seconds() - cpu0, 3)  # first step: compile + one run
             res["first_step_end_wall"] = time.time()
+            # Where the first step's CPU went: this process's threads, and the whole machine.
+            res["threads_cpu_s"] = _thread_cpu_delta(threads0, main_tid)
+            busy1 = _machine_busy_s()
+            res["machine_busy_first_step_s"] = round(busy1 - busy0, 2) if busy0 is not None and busy1 is not None else None
+            res["phases_s"] = _phases()
     res["first_step_s"] = round(times[0], 4) if times else None
     tail = times[2:] if len(times) > 3 else times[1:]  # skip step 2 too: it may recompile
     res["steady_step_s"] = round(statistics.median(tail), 5) if tail else None
@@ -178,6 +239,12 @@ def run(args: argparse.Namespace) -> dict:
         res["peak_mem_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
     if args.backend == "pcompile":
         res["events"] = _events_summary()
+        try:
+            from pcompile.inductor import pool_install
+
+            res["kernel_router_counts"] = pool_install.counts()
+        except Exception:
+            pass
     return res
 
 
