@@ -196,6 +196,11 @@ def run(args: argparse.Namespace) -> dict:
     res["startup_s"] = round(time.time() - T_START, 3)  # imports + model build, before any compile
     cpu0 = _cpu_seconds()
     threads0, busy0, main_tid = _thread_cpu(), _machine_busy_s(), threading.get_native_id()
+    sampler = None
+    if os.environ.get("PCOMPILE_BENCH_CPU_SAMPLE") == "1" and not warming:  # diagnostics: who used the CPUs, when
+        from _cpu_sampler import CpuSampler
+
+        sampler = CpuSampler().start()
     times, losses = [], []
     prof_path = os.environ.get("PCOMPILE_BENCH_PROFILE_DIR")
     only = [x for x in os.environ.get("PCOMPILE_BENCH_PROFILE_LABELS", "").split(",") if x]
@@ -227,6 +232,12 @@ def run(args: argparse.Namespace) -> dict:
             busy1 = _machine_busy_s()
             res["machine_busy_first_step_s"] = round(busy1 - busy0, 2) if busy0 is not None and busy1 is not None else None
             res["phases_s"] = _phases()
+            if sampler is not None:
+                sampler.stop()
+                res["cpu_by_group_s"] = sampler.totals()
+                res["cpu_timeline"] = sampler.timeline()
+                if sampler.error:
+                    res["cpu_sampler_error"] = sampler.error
     res["first_step_s"] = round(times[0], 4) if times else None
     tail = times[2:] if len(times) > 3 else times[1:]  # skip step 2 too: it may recompile
     res["steady_step_s"] = round(statistics.median(tail), 5) if tail else None

@@ -1,8 +1,9 @@
 """Imported once by the node pool's forkserver: pay per-process warm-up once per node.
 
-Every forked worker inherits what this computed: Triton's compiler modules, and the software
-fingerprint (hashing libtriton, loading cuDNN to read its version) that each store key needs.
-Without it each of N workers repeats seconds of that work on its first job.
+Every forked worker inherits what this computed: Triton's compiler, warmed by one throwaway
+compile (compat/triton_warmup.py), and the software fingerprint (hashing libtriton, loading cuDNN
+to read its version) that each store key needs. Without it each of N workers repeats seconds of
+that work on its first job.
 
 It also points Inductor's remote autotune cache at the store in the workers. A kernel's
 AutotuneCache is created where its module is imported, i.e. in the worker, and pickled back with
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 
 def _prewarm() -> None:
+    _warm_triton()
     try:
         import triton.compiler.compiler  # noqa: F401
 
@@ -30,6 +32,20 @@ def _prewarm() -> None:
         if compat.check("remote_cache") is None:
             remote_backend.install()
     except Exception:  # autotune results then stay out of the store for pool-compiled kernels
+        pass
+
+
+def _warm_triton() -> None:
+    """One throwaway Triton compile here, so no forked worker pays its first-job setup (~2 s:
+    lazy imports, Triton's and Inductor's source hashes, the first ptxas run)."""
+    try:
+        from pcompile.inductor.compat import triton_warmup
+        from torch._inductor.runtime import compile_tasks
+
+        if callable(getattr(compile_tasks, "_set_triton_ptxas_path", None)):
+            compile_tasks._set_triton_ptxas_path()  # the ptxas the jobs will run
+        triton_warmup.warm()
+    except Exception:  # the jobs then pay it themselves
         pass
 
 
