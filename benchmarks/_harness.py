@@ -34,13 +34,14 @@ class Options:
     device: str | None = None
     amp: str = "auto"
     ranks: int = 4
-    repeats: int = 1  # warm scenario: stock-hot / after-warm pairs, compared by their medians
+    repeats: int = 1  # warm and hot scenarios: pairs compared by their medians
     timeout_s: float = 1200.0
     work_dir: Path = Path("/tmp")
     log_dir: Path | None = None
     warm_args: list[str] = dataclasses.field(default_factory=list)
     stock_remote: bool = True
     cold_variants: list[tuple[str, dict[str, str]]] = dataclasses.field(default_factory=list)  # extra pcompile cold cases
+    hot_variants: list[tuple[str, dict[str, str]]] = dataclasses.field(default_factory=list)  # extra pcompile hot cases
     deadline: float | None = None  # time.monotonic() by which everything must have ended
     verbose: bool = True
 

@@ -327,10 +327,52 @@ def _cold(p: Plan):
 def _hot(p: Plan):
     s, c = p.case("stock-hot"), p.case("pcompile-hot")
     sc, cc = p.case("stock-cold"), p.case("pcompile-cold")
-    return ({"stock-cold": sc, "stock-hot": s, "pcompile-cold": cc, "pcompile-hot": c},
-            [_ratio("first step, pcompile hot / stock hot", c.get("first_step_s"), s.get("first_step_s"), 1.0),
-             _ratio("first step, pcompile hot / stock cold", c.get("first_step_s"), sc.get("first_step_s"), None)]
-            + _common(s, c), [])
+    cases = {"stock-cold": sc, "stock-hot": s, "pcompile-cold": cc, "pcompile-hot": c}
+    extra, repeat_ratios = _hot_repeats(p, s, c)
+    cases.update(extra)
+    ratios = [_ratio("first step, pcompile hot / stock hot", c.get("first_step_s"), s.get("first_step_s"),
+                     None if repeat_ratios else 1.0), *repeat_ratios,
+              _ratio("first step, pcompile hot / stock cold", c.get("first_step_s"), sc.get("first_step_s"), None)]
+    return cases, ratios + _common(s, c), []
+
+
+def _hot_repeats(p: Plan, s: dict, c: dict) -> tuple[dict, list[dict]]:
+    """With --repeats N: N stock-hot / pcompile-hot pairs, alternating, judged on their medians
+    (identical hot processes of a few seconds differ by up to ~25%); each --hot-variant runs N
+    times on pcompile-cold's populated caches and is compared with stock hot's median too."""
+    if s.get("error") or c.get("error"):
+        return {}, []
+    cases: dict = {}
+    stock_t, pc_t = [s.get("first_step_s")], [c.get("first_step_s")]
+    variant_t: dict[str, list] = {label: [] for label, _ in p.opts.hot_variants}
+    for i in range(1, p.opts.repeats + 1):
+        if p.opts.time_left() < 90:
+            break
+        if i > 1:
+            cases[f"stock-hot-r{i}"] = r_s = p.one(f"stock-hot-r{i}", "stock", p.dirs("stock").env())
+            cases[f"pcompile-hot-r{i}"] = r_c = p.one(f"pcompile-hot-r{i}", "pcompile", p.dirs("pc").env())
+            stock_t.append(r_s.get("first_step_s"))
+            pc_t.append(r_c.get("first_step_s"))
+        for label, env in p.opts.hot_variants:
+            name = f"pcompile-hot-{label}" + (f"-r{i}" if i > 1 else "")
+            cases[name] = r_v = p.one(name, "pcompile", dict(p.dirs("pc").env(), **env))
+            variant_t[label].append(r_v.get("first_step_s"))
+    ratios = []
+    if len(stock_t) > 1:
+        ratios.append(_median_ratio("first step, pcompile hot / stock hot (medians)", pc_t, stock_t, 1.0))
+    for label, env in p.opts.hot_variants:
+        what = f"{label}: {' '.join(f'{k}={x}' for k, x in env.items())}"
+        ratios.append(_median_ratio(f"first step, pcompile hot ({what}) / stock hot (medians)", variant_t[label], stock_t, None))
+    return cases, ratios
+
+
+def _median_ratio(name: str, nums: list, dens: list, target: float | None) -> dict:
+    a = [x for x in nums if x is not None]
+    b = [x for x in dens if x is not None]
+    if not a or not b:
+        return _ratio(name, None, None, target)
+    note = f"{', '.join(f'{x:.2f}' for x in a)} s against {', '.join(f'{x:.2f}' for x in b)} s"
+    return _ratio(name, statistics.median(a), statistics.median(b), target, note)
 
 
 def _warm(p: Plan):
@@ -390,11 +432,7 @@ def _warm_repeats(p: Plan, s: dict, c: dict) -> tuple[dict, list[dict]]:
     pairs = [(a, b) for a, b in zip(warm_t, stock_t) if a is not None and b is not None]
     if len(pairs) < 2:
         return cases, []
-    med_w = statistics.median(a for a, _ in pairs)
-    med_s = statistics.median(b for _, b in pairs)
-    note = (f"{len(pairs)} pairs; after warm {', '.join(f'{a:.2f}' for a, _ in pairs)} s, "
-            f"stock hot {', '.join(f'{b:.2f}' for _, b in pairs)} s")
-    return cases, [_ratio("first step, after warm / stock hot (medians)", med_w, med_s, 1.1, note)]
+    return cases, [_median_ratio("first step, after warm / stock hot (medians)", [a for a, _ in pairs], [b for _, b in pairs], 1.1)]
 
 
 def _shared(p: Plan):
@@ -474,9 +512,11 @@ def add_args(ap: argparse.ArgumentParser, default_models: str = "gpt2,llama,resn
     ap.add_argument("--timeout", type=float, default=1200.0, help="seconds per case")
     ap.add_argument("--work-dir", type=Path, default=None, help="where fresh cache dirs go (default: a new temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the work dir (cache dirs, logs, per-case JSON)")
-    ap.add_argument("--repeats", type=int, default=1, help="warm scenario: stock-hot / after-warm pairs (medians)")
+    ap.add_argument("--repeats", type=int, default=1, help="warm and hot scenarios: stock-hot / after-warm (or pcompile-hot) pairs, compared by medians")
     ap.add_argument("--cold-variant", action="append", default=[], dest="cold_variants", metavar="LABEL:K=V[,K=V]",
                     help="an extra pcompile cold case with these environment variables (repeat), e.g. pool-off:PCOMPILE_POOL=off")
+    ap.add_argument("--hot-variant", action="append", default=[], dest="hot_variants", metavar="LABEL:K=V[,K=V]",
+                    help="an extra pcompile hot case (each repeat) on pcompile-cold's caches with these environment variables")
     ap.add_argument("--warm-arg", action="append", default=[], dest="warm_args",
                     help="extra argument for `pcompile warm` (repeat), e.g. --warm-arg=--target --warm-arg=h100.json")
     ap.add_argument("--no-stock-remote", action="store_true", help="remote scenario: skip stock's own Redis cache")
@@ -501,7 +541,8 @@ def options(args: argparse.Namespace, default_models: str) -> Options:
                    device=args.device or ("cpu" if args.quick else None), amp=args.amp,
                    ranks=args.ranks or (2 if args.quick else 4), timeout_s=args.timeout, work_dir=work,
                    log_dir=work / "logs", warm_args=list(args.warm_args), stock_remote=not args.no_stock_remote,
-                   cold_variants=[_variant(v) for v in args.cold_variants], repeats=max(1, args.repeats))
+                   cold_variants=[_variant(v) for v in args.cold_variants],
+                   hot_variants=[_variant(v) for v in args.hot_variants], repeats=max(1, args.repeats))
 
 
 def run_scenarios(names: list[str], opts: Options, on_row: Callable[[dict], None] | None = None,
