@@ -117,6 +117,7 @@ class KernelRouter:
         self._waiters = ThreadPoolExecutor(64, thread_name_prefix="pcompile-kernel")
         self._fp_lock = threading.Lock()
         self._fp_cache: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, str]] = {}
+        self._warming = False
         self.eager = eager
         self.jobs = self._make_pool(kind, address)
 
@@ -180,12 +181,22 @@ class KernelRouter:
         return dict(fp)
 
     def warm_up(self) -> None:
-        """Run the slow version probes now (install time), not when the first kernel arrives."""
+        """Run the slow version probes (ptxas, Triton's env) before the first kernel arrives."""
         try:
             self._fingerprint("warmup", ())
             self.hook.triton_env()
         except Exception:
             pass
+
+    def warm_up_soon(self) -> None:
+        """warm_up() on a thread, once. Called at the first graph this process must compile, not
+        at install: in a process whose graphs all hit, the probes' ~0.5 s of Python would only
+        compete for the GIL with Dynamo's tracing of the first step (profiled: ResNet-50 hot)."""
+        with self._fp_lock:
+            if self._warming:
+                return
+            self._warming = True
+        threading.Thread(target=self.warm_up, name="pcompile-pool-warmup", daemon=True).start()
 
     # -- resolving one job ---------------------------------------------------------------
     def submit(self, job: Any) -> Future:
@@ -365,6 +376,26 @@ def _get_router(kind: str, address: str | None) -> KernelRouter:
     return _router
 
 
+_COMPILING = ("graph", "autograd")
+_listening = False
+
+
+def _on_lookup(kind: str, key: str, outcome: str) -> None:
+    """flight calls this on every lookup: a graph entry this process must build (missed, or
+    leased to it) means kernels will follow, so the router's probes start now."""
+    if kind in _COMPILING and outcome in ("leased", "miss") and _router is not None and _router_pid == os.getpid():
+        _router.warm_up_soon()
+
+
+def _listen_for_first_compile() -> None:
+    global _listening
+    if not _listening:
+        from pcompile.inductor import flight
+
+        flight.add_listener(_on_lookup)
+        _listening = True
+
+
 def install_pool() -> bool:
     """Install the pcompile Triton pool into Inductor; False (stock Inductor) when not possible.
 
@@ -398,8 +429,8 @@ def install_pool() -> bool:
             pool_hook.set_ptxas_path()
             if pool_hook.installed():
                 return True
-            router_now = _get_router(kind, address)  # with a GPU: start the daemon now, while Dynamo traces
-            threading.Thread(target=router_now.warm_up, name="pcompile-pool-warmup", daemon=True).start()
+            _get_router(kind, address)  # with a GPU: start the daemon now (its own process), while Dynamo traces
+            _listen_for_first_compile()
             pool_hook.install_process_pool(lambda: InductorPool(_get_router(kind, address)))
             pool_hook.prime_ready()
             return True
