@@ -14,7 +14,6 @@ T_START = time.time()
 import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
-import re  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
@@ -82,33 +81,14 @@ def _events_summary() -> dict | None:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
-def _thread_cpu() -> dict[int, tuple[str, float]]:
-    """CPU seconds of each live thread of this process (Linux /proc), named as Python names it."""
-    names = {t.native_id: t.name for t in threading.enumerate()}
-    tick = os.sysconf("SC_CLK_TCK")
-    out: dict[int, tuple[str, float]] = {}
-    try:
-        tids = os.listdir("/proc/self/task")
-    except OSError:
-        return out
-    for tid in tids:
-        try:
-            with open(f"/proc/self/task/{tid}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        comm = stat[stat.find("(") + 1:stat.rfind(")")]
-        fields = stat[stat.rfind(")") + 2:].split()
-        out[int(tid)] = (names.get(int(tid), comm), (int(fields[11]) + int(fields[12])) / tick)
-    return out
-
-
 def _thread_cpu_delta(before: dict[int, tuple[str, float]], main_tid: int) -> dict[str, float]:
     """Per-thread-group CPU seconds since `before` (groups: names with their numbers stripped)."""
+    from _cpu_sampler import thread_cpu, thread_group
+
     groups: dict[str, float] = {}
-    for tid, (name, cpu) in _thread_cpu().items():
+    for tid, (name, cpu) in thread_cpu().items():
         spent = cpu - (before.get(tid, (name, 0.0))[1])
-        group = "main" if tid == main_tid else re.sub(r"[-_ ]?\d+$", "", re.sub(r" \(.*\)$", "", name))
+        group = "main" if tid == main_tid else thread_group(name)
         groups[group] = groups.get(group, 0.0) + spent
     return {k: round(v, 2) for k, v in sorted(groups.items(), key=lambda kv: -kv[1]) if v >= 0.01}
 
@@ -195,7 +175,9 @@ def run(args: argparse.Namespace) -> dict:
     sync()
     res["startup_s"] = round(time.time() - T_START, 3)  # imports + model build, before any compile
     cpu0 = _cpu_seconds()
-    threads0, busy0, main_tid = _thread_cpu(), _machine_busy_s(), threading.get_native_id()
+    from _cpu_sampler import thread_cpu
+
+    threads0, busy0, main_tid = thread_cpu(), _machine_busy_s(), threading.get_native_id()
     sampler = None
     if os.environ.get("PCOMPILE_BENCH_CPU_SAMPLE") == "1" and not warming:  # diagnostics: who used the CPUs, when
         from _cpu_sampler import CpuSampler

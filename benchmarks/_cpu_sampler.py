@@ -23,8 +23,31 @@ GROUPS = (  # (group, regex on the command line), first match wins
 )
 
 
-def _thread_name_group(name: str) -> str:
+def thread_group(name: str) -> str:
+    """A thread's name without its pool index ("pcompile-kernel_12" -> "pcompile-kernel")."""
     return re.sub(r"[-_ ]?\d+$", "", re.sub(r" \(.*\)$", "", name))
+
+
+def thread_cpu() -> dict[int, tuple[str, float]]:
+    """{native thread id: (name, CPU seconds so far)} for each live thread of this process,
+    named as Python names it (else as the kernel does); {} without /proc."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[int, tuple[str, float]] = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        comm = stat[stat.find("(") + 1:stat.rfind(")")]
+        fields = stat[stat.rfind(")") + 2:].split()  # utime and stime are fields 14 and 15
+        out[int(tid)] = (names.get(int(tid), comm), (int(fields[11]) + int(fields[12])) / tick)
+    return out
 
 
 class CpuSampler:
@@ -35,7 +58,6 @@ class CpuSampler:
         self._thread: threading.Thread | None = None
         self._main_tid = threading.get_native_id()
         self._me = os.getpid()
-        self._tick = os.sysconf("SC_CLK_TCK")
         self._cmd_group: dict[int, str] = {}
         self._dead: dict[str, float] = {}  # CPU of processes/threads that went away since the last sample
         self._last: dict[tuple[str, int], tuple[str, float]] = {}
@@ -50,18 +72,8 @@ class CpuSampler:
 
     # -- one sample -------------------------------------------------------------------
     def _threads(self) -> dict[tuple[str, int], tuple[str, float]]:
-        names = {t.native_id: t.name for t in threading.enumerate()}
-        out: dict[tuple[str, int], tuple[str, float]] = {}
-        for tid in os.listdir("/proc/self/task"):
-            try:
-                with open(f"/proc/self/task/{tid}/stat") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            fields = stat[stat.rfind(")") + 2:].split()
-            name = "main" if int(tid) == self._main_tid else "self:" + _thread_name_group(names.get(int(tid), stat[stat.find("(") + 1:stat.rfind(")")]))
-            out[("t", int(tid))] = (name, (int(fields[11]) + int(fields[12])) / self._tick)
-        return out
+        return {("t", tid): ("main" if tid == self._main_tid else "self:" + thread_group(name), cpu)
+                for tid, (name, cpu) in thread_cpu().items()}
 
     def _group_of(self, proc: Any) -> str:
         pid = proc.pid
@@ -136,18 +148,19 @@ class CpuSampler:
         return {g: round(v, 2) for g, v in sorted(d.items(), key=lambda kv: -kv[1]) if v >= 0.05}
 
     def timeline(self, bucket: float = 2.0) -> list[dict[str, Any]]:
-        """[{t: start of the bucket (s from the first sample), group: CPU-s in it}] for groups over 0.05."""
+        """[{t: start of the bucket (s from the first sample), group: CPU-s in it}] for groups over 0.05.
+        The sampler needs the GIL: a late sample puts what it saw in the bucket where it arrived."""
         if len(self.samples) < 2:
             return []
         t0 = self.samples[0][0]
         rows: list[dict[str, Any]] = []
-        prev_t, prev = self.samples[0]
+        prev = self.samples[0][1]
         edge = t0 + bucket
         acc: dict[str, float] = {}
         for t, cum in self.samples[1:]:
             for g, v in cum.items():
                 acc[g] = acc.get(g, 0.0) + v - prev.get(g, 0.0)
-            prev_t, prev = t, cum
+            prev = cum
             if t >= edge or t == self.samples[-1][0]:
                 row: dict[str, Any] = {"t": round(edge - bucket - t0, 1)}
                 row.update({g: round(v, 2) for g, v in sorted(acc.items(), key=lambda kv: -kv[1]) if v >= 0.05})
@@ -158,4 +171,4 @@ class CpuSampler:
         return rows
 
 
-__all__ = ["CpuSampler"]
+__all__ = ["CpuSampler", "thread_cpu", "thread_group"]
