@@ -40,10 +40,7 @@ def _warm_triton() -> None:
     lazy imports, Triton's and Inductor's source hashes, the first ptxas run)."""
     try:
         from pcompile.inductor.compat import triton_warmup
-        from torch._inductor.runtime import compile_tasks
 
-        if callable(getattr(compile_tasks, "_set_triton_ptxas_path", None)):
-            compile_tasks._set_triton_ptxas_path()  # the ptxas the jobs will run
         triton_warmup.warm()
     except Exception:  # the jobs then pay it themselves
         pass

@@ -49,23 +49,27 @@ class Lease:
         self.release()
 
 
-def _read_holder(path: Path) -> str | None:
+def _read_body(path: Path) -> dict:
+    """The lease file's JSON ({} if missing, empty or unreadable)."""
     raw = fsio.read_file(path)
-    if not raw:
-        return None
     try:
-        return str(json.loads(raw).get("holder"))
-    except (ValueError, AttributeError):
-        return None
+        body = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _read_holder(path: Path) -> str | None:
+    holder = _read_body(path).get("holder")
+    return None if holder is None else str(holder)
 
 
 def _holder_died_here(path: Path) -> bool:
     """The lease's holder is a process of this host that no longer exists."""
-    raw = fsio.read_file(path)
+    body = _read_body(path)
     try:
-        body = json.loads(raw) if raw else {}
         pid, host = int(body.get("pid") or 0), body.get("host")
-    except (ValueError, AttributeError, TypeError):
+    except (ValueError, TypeError):
         return False
     if pid <= 0 or host != socket.gethostname() or pid == os.getpid():
         return False

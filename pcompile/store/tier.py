@@ -11,11 +11,10 @@ import logging
 import threading
 from typing import Callable, Iterator
 
-from pcompile.thread_flags import is_raised, raised
-
 from pcompile.errors import CorruptEntryError
 from pcompile.keys.key import Key
 from pcompile.store.entry import Entry, Manifest, blob_hash, verify_blob
+from pcompile.thread_flags import is_raised, raised
 
 log = logging.getLogger("pcompile.store")
 

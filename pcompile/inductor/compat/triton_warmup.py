@@ -15,8 +15,8 @@ the call, so run it where no other thread compiles (the forkserver's preload).
 Touched (triton 3.6.0 and 3.8.0: `triton.compile(src, target=...)`,
 `triton.compiler.compiler.ASTSource(fn, signature, constexprs)`,
 `triton.backends.compiler.GPUTarget(backend, arch, warp_size)`; the CUDA backend registered as
-`triton.backends.backends["nvidia"]`; torch 2.11/2.14 `torch._inductor.codecache.torch_key`,
-called when present).
+`triton.backends.backends["nvidia"]`; torch 2.11/2.14 `torch._inductor.codecache.torch_key` and
+`runtime.compile_tasks._set_triton_ptxas_path`, each called when present).
 """
 from __future__ import annotations
 
@@ -119,6 +119,10 @@ def warm(arch: int = 90, warp_size: int = 32) -> dict[str, Any]:
     codecache = sys.modules["torch._inductor.codecache"]
     if callable(getattr(codecache, "torch_key", None)):  # lru-cached hash of torch's sources, ~0.3 s
         codecache.torch_key()
+    from torch._inductor.runtime import compile_tasks
+
+    if callable(getattr(compile_tasks, "_set_triton_ptxas_path", None)):
+        compile_tasks._set_triton_ptxas_path()  # warm the ptxas the jobs will run
     if not has_cuda_backend():
         return {"compiled": False, "reason": "no CUDA backend in this Triton", "seconds": time.perf_counter() - t0}
     import triton
