@@ -80,14 +80,18 @@ class Worker:
         self.generation = 0  # bumped per started child; a reader only reports on its own child
         self.alive = False
         self.ready = False
-        self.send_fd = -1
-        self.pid: int | None = None
-        self.closer: Any = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.jobs: dict[int, Job] = {}
         self.queue: list[Job] = []  # not yet sent: the worker takes one job at a time
         self.busy: Job | None = None
         self.next_id = 0
         self.started = 0.0
+
+    @property
+    def pid(self) -> int | None:
+        """The running child's pid (for tests and logs)."""
+        proc = self.proc
+        return proc.pid if proc is not None else None
 
     def submit(self, data: bytes, guessed: list[Any]) -> Job:
         with self.lock:
@@ -112,9 +116,9 @@ class Worker:
         """Stop a sent job whose result nobody will use (KeyboardInterrupt in the worker: its
         leases are released on the way out, so nobody waits on them)."""
         with self.lock:
-            if self.busy is job and self.pid is not None:
+            if self.busy is job and self.proc is not None:
                 try:
-                    os.kill(self.pid, signal.SIGINT)
+                    self.proc.send_signal(signal.SIGINT)
                 except OSError:
                     pass
 
@@ -130,7 +134,7 @@ class Worker:
         if self.alive:
             return
         self.generation += 1
-        self.alive, self.ready, self.busy, self.pid = True, False, None, None
+        self.alive, self.ready, self.busy, self.proc = True, False, None, None
         self.started = now()
         env = dict(os.environ)
         env[ENV] = "0"
@@ -140,29 +144,34 @@ class Worker:
     def _run_child(self, generation: int, env: dict[str, str]) -> None:
         """Start the child, then read its replies until it exits."""
         try:
-            recv_fd, send_fd, closer = _subprocess(env)
+            # Own session: a Ctrl-C meant for the job does not print a worker traceback; the
+            # worker dies with its parent (PDEATHSIG) and exits at EOF on stdin.
+            proc = subprocess.Popen([sys.executable, "-m", "pcompile.inductor.backward_worker"],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True)
         except OSError as exc:
             log.info("pcompile: cannot start the backward worker (%s)", exc)
             self._lost(generation, f"cannot start ({exc})")
             return
         with self.lock:
-            if generation != self.generation:
-                closer()
-                return
-            self.send_fd, self.closer = send_fd, closer
-        self._read(generation, recv_fd)
-        closer()
+            current = generation == self.generation
+            if current:
+                self.proc = proc
+        if current:
+            assert proc.stdout is not None
+            self._read(generation, proc.stdout.fileno())
+        _close(proc)
         self._lost(generation, "worker exited")
 
     def _pump_locked(self) -> None:
-        if not self.ready or self.busy is not None or not self.queue:
+        if not self.ready or self.busy is not None or not self.queue or self.proc is None:
             return
         job = self.queue.pop(0)
         from pcompile.pool import protocol
 
         try:
-            protocol.write_frame_fd(self.send_fd, {"op": "job", "id": job.id, "data": job.data})
-        except OSError as exc:
+            assert self.proc is not None and self.proc.stdin is not None
+            protocol.write_frame_fd(self.proc.stdin.fileno(), {"op": "job", "id": job.id, "data": job.data})
+        except (OSError, AssertionError) as exc:
             job.set("failed", error=f"worker gone ({exc})")
             return
         job.data = b""
@@ -183,7 +192,6 @@ class Worker:
                      how="subprocess")
                 with self.lock:
                     self.ready = True
-                    self.pid = int(msg.get("pid") or 0) or None
                     self._pump_locked()
             elif op == "claimed":
                 job = self.jobs.get(msg["id"])
@@ -206,7 +214,7 @@ class Worker:
         with self.lock:
             if generation != self.generation:
                 return
-            self.alive, self.ready, self.pid = False, False, None
+            self.alive, self.ready, self.proc = False, False, None
             lost = [self.busy] if self.busy is not None else []
             self.busy = None
             for job in lost:
@@ -216,29 +224,21 @@ class Worker:
 
     def close(self) -> None:
         with self.lock:
-            closer, self.closer = self.closer, None
+            proc = self.proc
             for job in self.queue:
                 job.set("cancelled")
             self.queue.clear()
-        if closer is not None:
-            closer()  # EOF: the worker exits between jobs
+        if proc is not None:
+            _close(proc)  # EOF: the worker exits between jobs
 
 
-def _subprocess(env: dict[str, str]) -> tuple[int, int, Any]:
-    # Own session: a Ctrl-C meant for the job does not print a worker traceback; the worker
-    # dies with its parent (PDEATHSIG) and exits at EOF on stdin.
-    proc = subprocess.Popen([sys.executable, "-m", "pcompile.inductor.backward_worker"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True)
-    assert proc.stdin is not None and proc.stdout is not None
-
-    def closer() -> None:
-        try:
-            proc.stdin.close()  # type: ignore[union-attr]
-        except OSError:
-            pass
-        proc.poll()  # reaped if it has exited
-
-    return proc.stdout.fileno(), proc.stdin.fileno(), closer
+def _close(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        if proc.stdin is not None:
+            proc.stdin.close()
+    except OSError:
+        pass
+    proc.poll()  # reaped if it has exited
 
 
 _worker: Worker | None = None
