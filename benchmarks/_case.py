@@ -178,6 +178,9 @@ def run(args: argparse.Namespace) -> dict:
     from _cpu_sampler import thread_cpu
 
     threads0, busy0, main_tid = thread_cpu(), _machine_busy_s(), threading.get_native_id()
+    from _gc_clock import GcClock
+
+    gc_clock = GcClock().start()
     sampler = None
     if os.environ.get("PCOMPILE_BENCH_CPU_SAMPLE") == "1" and not warming:  # diagnostics: who used the CPUs, when
         from _cpu_sampler import CpuSampler
@@ -214,6 +217,7 @@ def run(args: argparse.Namespace) -> dict:
             busy1 = _machine_busy_s()
             res["machine_busy_first_step_s"] = round(busy1 - busy0, 2) if busy0 is not None and busy1 is not None else None
             res["phases_s"] = _phases()
+            res["gc_first_step"] = gc_clock.stop()
             if sampler is not None:
                 sampler.stop()
                 res["cpu_by_group_s"] = sampler.totals()

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 
 TOL = 1e-5
 
-#: argv[1]: plain | dynamic | kill (SIGKILL the worker once, as soon as it has a job in hand) |
+#: argv[1]: plain | hot (plain, then waits for the worker to go) | dynamic | kill (SIGKILL the worker once, as soon as it has a job in hand) |
 #: kill-every (SIGKILL every worker that gets a job) | kill-claimed (SIGKILL it once, after it
 #: claimed its job's FX graph key). Prints one RESULT_MARK line of JSON.
 SCRIPT = r'''
@@ -79,10 +79,22 @@ if mode.startswith("kill"):
     threading.Thread(target=killer, name="test-killer", daemon=True).start()
 
 compiled = torch.compile(model, backend="pcompile", dynamic=True if mode == "dynamic" else None)
+from pcompile.inductor import backward_ahead
+
+w0 = backward_ahead._worker
+started_at_compile = bool(w0 is not None and w0.alive)  # before any graph exists
 t0 = time.monotonic()
 out = compiled(x)
 out.square().sum().backward()
 step_s = time.monotonic() - t0
+worker_gone_s = None
+if mode == "hot":  # how long the worker started at torch.compile outlives an all-hit first graph
+    while time.monotonic() - t0 < 60:
+        w = backward_ahead._worker
+        if w is None or not w.alive:
+            worker_gone_s = time.monotonic() - t0
+            break
+        time.sleep(0.05)
 ref_out = reference(x)
 ref_out.square().sum().backward()
 
@@ -96,6 +108,9 @@ result = {
     "inductor": {k: int(v) for k, v in counters["inductor"].items()},
     "kills": kills,
     "step_s": step_s,
+    "pid": os.getpid(),
+    "started_at_compile": started_at_compile,
+    "worker_gone_s": worker_gone_s,
 }
 print("''' + t.RESULT_MARK + '''" + json.dumps(result), flush=True)
 '''
@@ -144,6 +159,20 @@ def test_backwards_compiled_ahead_are_used(tmp_path: Path) -> None:
     assert result["inductor"].get("fxgraph_cache_hit", 0) == 2, result["inductor"]
     starts = _kind(events, "backward_worker_start")
     assert len(starts) == 1 and starts[0]["how"] == "subprocess", starts  # one worker, reused for region 2
+    assert result["started_at_compile"], "the worker should start at torch.compile, before the first graph"
+
+
+def test_a_hot_start_lets_the_early_worker_go(tmp_path: Path) -> None:
+    cold, _, _ = _run(tmp_path, "plain", "same")
+    hot, events, err = _run(tmp_path, "hot", "same")  # same caches: every graph is a hit
+
+    _assert_matches_eager(hot)
+    assert hot["started_at_compile"], hot
+    mine = [e for e in events if e.get("pid") == hot["pid"]]
+    assert not _kind(mine, "backward_ship") and not _kind(mine, "backward_ahead"), mine
+    assert hot["inductor"].get("fxgraph_cache_miss", 0) == 0, hot["inductor"]
+    # Closed after the first (all-hit) graph; left alone it would idle for two minutes.
+    assert hot["worker_gone_s"] is not None and hot["worker_gone_s"] < 20, (hot, err[-2000:])
 
 
 def test_worker_killed_mid_compile_does_not_fail_the_job(tmp_path: Path) -> None:

@@ -30,6 +30,10 @@ try:
     import torch._inductor.compile_fx  # noqa: F401
 except Exception:  # pragma: no cover - an import error shows up again, with context, at compile
     pass
+# With backward ahead on, its worker starts with the hooks: install them now, at torch.compile,
+# not at the first graph (backward_ahead.py says why the worker must start early).
+if backward_ahead.wanted():
+    hooks.install_hooks()
 
 
 def normalize(gm: Any) -> None:
@@ -65,6 +69,7 @@ def compile_scope(gm: Any) -> Iterator[None]:
             backward_ahead.allowed():
         yield
         ev.outcome = sc.outcome
+    backward_ahead.scope_ended(sc.outcome)
 
 
 def _stock(gm: Any, example_inputs: Any, mode: str | None, options: dict[str, Any] | None,

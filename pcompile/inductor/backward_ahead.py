@@ -9,9 +9,13 @@ makes it wait for the worker's result instead of compiling it again. The FX grap
 check: if the compiled forward saved its activations with other strides than the partition
 predicted, the parent's key differs and it compiles the backward itself, as before.
 
-One worker per process, started at the first AOTAutograd miss of this process (hot jobs never
-start one), reused for later regions, gone when the job ends or after two idle minutes.
-Off unless `PCOMPILE_BACKWARD_AHEAD=1` (see `wanted()` for why).
+One worker per process, reused for later regions, gone when the job ends or after two idle
+minutes. It is started as soon as the process commits to pcompile (`torch.compile(m,
+backend="pcompile")` or `pcompile.install()`), so that its ~12 s of torch imports overlap Dynamo's
+tracing and the joint graph's trace instead of following them; a process whose first compile
+finds everything in the store (a hot start) closes it again at once (`scope_ended`). Started
+later, at the first AOTAutograd miss, it was ready only after the parent had reached the backward
+(benchmarks/RESULTS.md, session 3). Off unless `PCOMPILE_BACKWARD_AHEAD=1` (see `wanted()`).
 """
 from __future__ import annotations
 
@@ -78,6 +82,7 @@ class Worker:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.generation = 0  # bumped per started child; a reader only reports on its own child
+        self.closed = 0  # the generation close() let go: it gets no more jobs
         self.alive = False
         self.ready = False
         self.proc: subprocess.Popen[bytes] | None = None
@@ -191,8 +196,9 @@ class Worker:
                 emit("backward_worker_start", self.started, now() - self.started, prewarm_s=msg.get("prewarm_s"),
                      how="subprocess")
                 with self.lock:
-                    self.ready = True
-                    self._pump_locked()
+                    if generation == self.generation and generation != self.closed:
+                        self.ready = True
+                        self._pump_locked()
             elif op == "claimed":
                 job = self.jobs.get(msg["id"])
                 if job is not None:
@@ -222,14 +228,24 @@ class Worker:
             if self.queue:
                 self._start_locked()
 
-    def close(self) -> None:
+    def idle(self) -> bool:
+        with self.lock:
+            return self.busy is None and not self.queue
+
+    def close(self, *, unused: bool = False) -> None:
+        """Let the child go: EOF, so it exits between jobs. `unused`: it never got a job, so
+        it is also stopped (SIGTERM) rather than left to finish its imports for nothing."""
         with self.lock:
             proc = self.proc
+            self.closed, self.ready = self.generation, False  # a later job starts another child
             for job in self.queue:
                 job.set("cancelled")
             self.queue.clear()
         if proc is not None:
-            _close(proc)  # EOF: the worker exits between jobs
+            if unused:
+                with contextlib.suppress(OSError):
+                    proc.terminate()
+            _close(proc)
 
 
 def _close(proc: subprocess.Popen[bytes]) -> None:
@@ -253,6 +269,28 @@ def worker() -> Worker:
             _worker = Worker()
             atexit.register(_worker.close)
         return _worker
+
+
+_first_scope_seen = False
+
+
+def start_early() -> None:
+    """The process has committed to pcompile: start the worker now (hooks.py calls this)."""
+    if wanted():
+        worker().start()
+
+
+def scope_ended(outcome: str | None) -> None:
+    """A backend call ended. If it was this process's first and it compiled nothing, the job is
+    hot: the worker started early has nothing to do, so it goes (a later miss starts it again)."""
+    global _first_scope_seen
+    if _first_scope_seen:
+        return
+    _first_scope_seen = True
+    w = _worker
+    if outcome == "hit" and w is not None and w.idle() and not _pending:
+        log.info("pcompile: first graph was all hits; closing the backward worker")
+        w.close(unused=True)
 
 
 def on_lookup(kind: str, key: str, outcome: str) -> None:

@@ -153,6 +153,7 @@ def _install_backward_ahead() -> None:
     from pcompile.inductor import flight
 
     flight.add_listener(backward_ahead.on_lookup)
+    backward_ahead.start_early()
 
 
 def _install_key_dump() -> None:
