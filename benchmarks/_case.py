@@ -64,8 +64,12 @@ def _counters() -> dict:
     return out
 
 
-def _events_summary() -> dict | None:
-    """pcompile's own view of this process's job: lookups per layer/tier and outcomes."""
+_TIMELINE_KINDS = ("graph_compile", "backward_worker_start", "backward_ship", "backward_ahead")
+
+
+def _events_summary(step0_wall: float | None = None) -> dict | None:
+    """pcompile's own view of this process's job: lookups per layer/tier and outcomes, and when
+    (seconds from the first step's start) its graphs and backward-ahead events happened."""
     try:
         from pcompile.events import analysis, job_id, log_path, reader
 
@@ -75,8 +79,13 @@ def _events_summary() -> dict | None:
         evs, bad = reader.load(path)
         s = analysis.analyze([e for e in evs if e.get("pid") == os.getpid()], job=job_id()).summary()
         a = analysis.analyze(evs, job=job_id())
+        timeline = [{"kind": e["kind"], "t": round(e["ts"] - step0_wall, 2), "dur": round(e.get("dur", 0.0), 2),
+                     "outcome": e.get("outcome"), "waited_for_claim_s": e.get("waited_for_claim_s")}
+                    for e in evs if e.get("pid") == os.getpid() and e.get("kind") in _TIMELINE_KINDS
+                    and step0_wall is not None and "ts" in e]
         return {"job": job_id(), "log": str(path), "lookups": a.lookups, "graph_outcomes": s["graph_outcomes"],
-                "kernel_outcomes": s["kernel_outcomes"], "saved": s["saved"], "critical_by_kind": s["critical_by_kind"]}
+                "kernel_outcomes": s["kernel_outcomes"], "saved": s["saved"], "critical_by_kind": s["critical_by_kind"],
+                "timeline": timeline}
     except Exception as exc:  # the summary is extra information, never a reason to fail a case
         return {"error": f"{type(exc).__name__}: {exc}"}
 
@@ -191,6 +200,7 @@ def run(args: argparse.Namespace) -> dict:
     only = [x for x in os.environ.get("PCOMPILE_BENCH_PROFILE_LABELS", "").split(",") if x]
     if only and not (args.result and any(args.result.stem.endswith(x) for x in only)):
         prof_path = None
+    res["first_step_start_wall"] = time.time()
     for i in range(steps):
         t0 = time.perf_counter()
         if i == 0 and prof_path and not warming:  # diagnostics: where the first step's CPU time goes
@@ -235,7 +245,7 @@ def run(args: argparse.Namespace) -> dict:
     if device == "cuda" and not warming:
         res["peak_mem_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
     if args.backend == "pcompile":
-        res["events"] = _events_summary()
+        res["events"] = _events_summary(res.get("first_step_start_wall"))
         try:
             from pcompile.inductor import pool_install
 

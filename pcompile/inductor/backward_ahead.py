@@ -274,9 +274,14 @@ def worker() -> Worker:
 _first_scope_seen = False
 
 
+ENV_EARLY = "PCOMPILE_BACKWARD_AHEAD_EARLY"
+
+
 def start_early() -> None:
-    """The process has committed to pcompile: start the worker now (hooks.py calls this)."""
-    if wanted():
+    """The process has committed to pcompile: start the worker now (hooks.py calls this).
+    `PCOMPILE_BACKWARD_AHEAD_EARLY=0` waits for the first AOTAutograd miss instead (session 3's
+    behaviour, kept to measure the difference)."""
+    if wanted() and os.environ.get(ENV_EARLY, "").strip() != "0":
         worker().start()
 
 
