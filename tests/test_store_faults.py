@@ -156,8 +156,10 @@ def test_live_lease_holder_is_waited_for(tmp_path: Path) -> None:
         assert holder.stdout.readline().strip() == "HOLDING"
         waiter = _store(tmp_path, "w", lease_timeout=1.0)
         key, _ = make_key("kernel", "busy", FP)
-        got = waiter.acquire_or_wait(key, wait_timeout=3.5)
+        waits: list[float] = []
+        got = waiter.acquire_or_wait(key, wait_timeout=3.5, on_wait=lambda: waits.append(time.monotonic()))
         assert got is None  # gave up waiting (would compile itself), never stole a live lease
+        assert len(waits) == 1  # told once, when the wait began (backward_ahead lets its worker go then)
     finally:
         holder.kill()
         holder.wait()

@@ -15,13 +15,14 @@ backend="pcompile")` or `pcompile.install()`), so that its ~12 s of torch import
 tracing and the joint graph's trace instead of following them; a process whose first compile
 finds everything in the store (a hot start) closes it again at once (`scope_ended`). Started
 later, at the first AOTAutograd miss, it was ready only after the parent had reached the backward
-(benchmarks/RESULTS.md, session 3). Off unless `PCOMPILE_BACKWARD_AHEAD=1` (see `wanted()`).
+(benchmarks/RESULTS.md, session 3). On by default for GPU jobs; `wanted()` says when and why.
 """
 from __future__ import annotations
 
 import atexit
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import signal
@@ -43,11 +44,42 @@ CLAIM_TIMEOUT_S = 60.0
 _tls = threading.local()
 
 
+#: Fewer usable CPUs than this: the worker's lowering would take cores from the kernel compiles.
+MIN_CPUS = 8
+
+
 def wanted() -> bool:
-    """Opt-in (PCOMPILE_BACKWARD_AHEAD=1): measured on the H100 the gain is within run-to-run noise
-    (benchmarks/RESULTS.md, session 3), it costs ~20-30 CPU-s per cold job, and the worker holds a
-    CUDA context of its own on the job's GPU until it idles out."""
-    return os.environ.get(ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+    """`PCOMPILE_BACKWARD_AHEAD=1`/`0` decides; unset, on for a job that sees a CUDA device on a
+    host with at least MIN_CPUS usable CPUs. Measured on the H100 (benchmarks/RESULTS.md, session 5)
+    with the worker started at torch.compile, it took 19-23% off a cold first step. Its price: ~12
+    CPU-s of imports per process (paid in another process, on another core) and a CUDA context on
+    the job's GPU (~0.6 GB) until the job ends, the first graph proves all hits, or two idle minutes
+    pass. CPU-only hosts keep it off: their C++ kernels need the cores."""
+    raw = os.environ.get(ENV, "").strip().lower()
+    if raw in {"1", "true", "yes", "on"}:
+        return True
+    if raw in {"0", "false", "no", "off"}:
+        return False
+    return _default_on()
+
+
+@functools.lru_cache(maxsize=None)
+def _default_on() -> bool:
+    from pcompile import warming
+
+    if warming():
+        return False  # the warm host's graphs stay in its warm child
+    from pcompile.pool.sizing import affinity_cpus, cgroup_cpu_limit
+
+    quota = cgroup_cpu_limit()
+    if min(float(affinity_cpus()), quota if quota is not None else float("inf")) < MIN_CPUS:
+        return False
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:
+        return False
 
 
 @contextlib.contextmanager
@@ -161,7 +193,12 @@ class Worker:
             current = generation == self.generation
             if current:
                 self.proc = proc
-        if current:
+            let_go = generation == self.closed  # closed while it was being started
+        if let_go:
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                proc.terminate()
+                proc.wait(5)
+        elif current:
             assert proc.stdout is not None
             self._read(generation, proc.stdout.fileno())
         _close(proc)
@@ -289,20 +326,34 @@ def scope_ended(outcome: str | None) -> None:
     """A backend call ended. If it was this process's first and it compiled nothing, the job is
     hot: the worker started early has nothing to do, so it goes (a later miss starts it again)."""
     global _first_scope_seen
-    if _first_scope_seen:
-        return
-    _first_scope_seen = True
-    w = _worker
-    if outcome == "hit" and w is not None and w.idle() and not _pending:
-        log.info("pcompile: first graph was all hits; closing the backward worker")
-        w.close(unused=True)
+    first, _first_scope_seen = not _first_scope_seen, True
+    if first and outcome == "hit":
+        _let_unused_worker_go("the first graph was all hits")
+
+
+_first_autograd_seen = False
 
 
 def on_lookup(kind: str, key: str, outcome: str) -> None:
-    """flight calls this: an AOTAutograd entry this process must compile starts the worker, so
-    its torch import overlaps the forward's tracing rather than delaying the first shipment."""
-    if kind == "autograd" and outcome == "leased" and is_raised(_tls, "allowed") and wanted():
+    """flight calls this. An AOTAutograd entry this process must compile starts the worker (if
+    start_early did not). If the process's first AOTAutograd entry is in the store or being
+    compiled by another process (a hot start, or a rank that waits for another rank), the worker
+    started early is let go before it has finished importing for nothing."""
+    global _first_autograd_seen
+    if kind != "autograd" or not is_raised(_tls, "allowed") or not wanted():
+        return
+    first, _first_autograd_seen = not _first_autograd_seen, True
+    if outcome == "leased":
         worker().start()
+    elif first and outcome in ("hit", "waiting"):
+        _let_unused_worker_go("the first AOTAutograd entry is " + ("stored" if outcome == "hit" else "another process's"))
+
+
+def _let_unused_worker_go(why: str) -> None:
+    w = _worker
+    if w is not None and w.alive and w.idle() and not _pending:
+        log.info("pcompile: %s; closing the backward worker", why)
+        w.close(unused=True)
 
 
 def on_partition(part: Any) -> None:

@@ -48,8 +48,9 @@ _lock = threading.Lock()
 _held: dict[str, _Held] = {}
 _tls = threading.local()
 #: Called as fn(kind, inductor_key, outcome) once a lookup knows its answer: "hit", "leased"
-#: (this process compiles it), or "miss" (no single-flight). The backward worker uses it to tell
-#: its parent which key it has claimed.
+#: (this process compiles it), or "miss" (no single-flight); and "waiting" before that, when
+#: another process holds the key's lease. The backward worker uses it to tell its parent which
+#: key it has claimed.
 _listeners: list[Callable[[str, str, str], None]] = []
 
 
@@ -193,7 +194,7 @@ def lookup(kind: str, inductor_key: str, *, single_flight: bool = True, stats_la
             ev.latency = now() - t0
             if entry is None and single_flight:
                 w0 = now()
-                got = st.acquire_or_wait(key)
+                got = st.acquire_or_wait(key, on_wait=lambda: _tell(kind, inductor_key, "waiting"))
                 if isinstance(got, Entry):
                     emit("lease_wait", w0, now() - w0, **fields)
                     log.info("pcompile: %s was compiled by another process; using its result", key)

@@ -166,9 +166,11 @@ class Store:
         threading.Thread(target=run, name="pcompile-gc", daemon=True).start()
 
     # -- single flight -------------------------------------------------------------------
-    def acquire_or_wait(self, key: Key, *, wait_timeout: float | None = None, poll: float = 0.05) -> Entry | Lease | None:
+    def acquire_or_wait(self, key: Key, *, wait_timeout: float | None = None, poll: float = 0.05,
+                        on_wait: Callable[[], None] | None = None) -> Entry | Lease | None:
         """The entry if someone else produced it, a Lease if this caller must produce it, or None
-        (no coordination possible, or waiting ran past wait_timeout: compile without a lease)."""
+        (no coordination possible, or waiting ran past wait_timeout: compile without a lease).
+        `on_wait` is called once, when it turns out another process holds the lease."""
         if self.leases is None:
             return None
         limit = time.monotonic() + (wait_timeout if wait_timeout is not None else max(600.0, 10 * self.settings.lease_timeout))
@@ -189,6 +191,8 @@ class Store:
             if waited_from is None:
                 waited_from = time.monotonic()
                 self.stats.add(lease_waits=1)
+                if on_wait is not None:
+                    on_wait()
             entry = self.get(key, record=False)
             if entry is not None:
                 self.stats.add(lease_wait_seconds=time.monotonic() - waited_from)
