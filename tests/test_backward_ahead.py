@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 
 TOL = 1e-5
 
-#: argv[1]: plain | hot (plain, then waits for the worker to go) | dynamic | kill (SIGKILL the worker once, as soon as it has a job in hand) |
+#: argv[1]: plain | hot (plain, then waits for the worker to go) | conv (a convolution net) | dynamic | kill (SIGKILL the worker once, as soon as it has a job in hand) |
 #: kill-every (SIGKILL every worker that gets a job) | kill-claimed (SIGKILL it once, after it
 #: claimed its job's FX graph key). Prints one RESULT_MARK line of JSON.
 SCRIPT = r'''
@@ -55,9 +55,23 @@ class Net(torch.nn.Module):
         return self.head(self.second(x)).softmax(-1)
 
 
-model = Net()
+class ConvNet(torch.nn.Module):  # Inductor lays convolution graphs out channels-last
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(16)
+        self.conv2 = torch.nn.Conv2d(16, 16, 1)
+        self.head = torch.nn.Linear(16, 8)
+
+    def forward(self, x):
+        y = torch.relu(self.bn(self.conv1(x)))
+        y = y + self.conv2(y)
+        return self.head(y.mean((2, 3))).softmax(-1)
+
+
+model = ConvNet() if mode == "conv" else Net()
 reference = copy.deepcopy(model)
-x = torch.randn(4, 16, 32)
+x = torch.randn(2, 3, 12, 12) if mode == "conv" else torch.randn(4, 16, 32)
 
 kills = []
 if mode.startswith("kill"):
@@ -141,10 +155,10 @@ def _outcomes(events: list[dict[str, Any]]) -> list[str]:
     return [e.get("outcome", "") for e in _kind(events, "backward_ahead")]
 
 
-def _assert_matches_eager(result: dict[str, Any]) -> None:
+def _assert_matches_eager(result: dict[str, Any], tol: float = TOL) -> None:
     assert result["missing_grads"] == 0, result
-    assert result["out_diff"] <= TOL, result
-    assert result["grad_diff"] <= TOL, result
+    assert result["out_diff"] <= tol, result
+    assert result["grad_diff"] <= tol, result
 
 
 def test_backwards_compiled_ahead_are_used(tmp_path: Path) -> None:
@@ -160,6 +174,18 @@ def test_backwards_compiled_ahead_are_used(tmp_path: Path) -> None:
     starts = _kind(events, "backward_worker_start")
     assert len(starts) == 1 and starts[0]["how"] == "subprocess", starts  # one worker, reused for region 2
     assert result["started_at_compile"], "the worker should start at torch.compile, before the first graph"
+
+
+def test_channels_last_saves_are_predicted(tmp_path: Path) -> None:
+    """Inductor saves a convolution graph's activations channels-last; the shipped backward must
+    be compiled for those strides, or its FX key cannot match the parent's."""
+    result, events, err = _run(tmp_path, "conv")
+
+    _assert_matches_eager(result, tol=1e-4)  # channels-last convolutions sum in another order
+    ships = _kind(events, "backward_ship")
+    assert len(ships) == 1 and ships[0]["restrided"] > 0, (ships, err[-3000:])  # the prediction did something
+    assert _outcomes(events) == ["used"], (_kind(events, "backward_ahead"), err[-3000:])
+    assert result["inductor"].get("fxgraph_cache_hit", 0) == 1, result["inductor"]
 
 
 def test_a_hot_start_lets_the_early_worker_go(tmp_path: Path) -> None:
@@ -201,7 +227,9 @@ def test_worker_killed_after_claim_does_not_stall_the_job(tmp_path: Path) -> Non
     ahead = _kind(events, "backward_ahead")
     assert len(ahead) == 2, (events, err[-3000:])
     killed = ahead[0]  # the first region's job is the first one the worker gets
-    assert killed["outcome"] == "not-used", ahead
+    # "failed" if the kill landed before the parent reached that backward, "not-used" if after:
+    # either way the parent compiled it itself.
+    assert killed["outcome"] in ("not-used", "failed"), ahead
     # That backward took a normal compile's time (a few seconds here), not a lease timeout.
     # (the dead worker's lease is broken at once: its holder is a dead process of this host)
     assert killed["dur"] < lease_timeout * 0.6, (

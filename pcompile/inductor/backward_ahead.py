@@ -367,14 +367,16 @@ def on_partition(part: Any) -> None:
     from pcompile.inductor.compat import backward_graph
 
     t0 = now()
+    guessed = part.predicted_inputs or backward_graph.placeholder_vals(part.bw_module)
     try:
-        data = backward_graph.dumps(part.bw_module)
+        data = backward_graph.dumps(part.bw_module, guessed)
     except Exception as exc:  # not shippable: the parent compiles it as always
         log.info("pcompile: backward not compiled ahead: cannot serialise it (%s: %s)", type(exc).__name__, exc)
         emit("backward_ahead", t0, now() - t0, outcome="skipped", reason=f"{type(exc).__name__}")
         return
-    _pending[id(part.bw_module)] = worker().submit(data, backward_graph.placeholder_vals(part.bw_module))
-    emit("backward_ship", t0, now() - t0, bytes=len(data))
+    _pending[id(part.bw_module)] = worker().submit(data, guessed)
+    restrided = len(backward_graph.differing_inputs(backward_graph.placeholder_vals(part.bw_module), guessed))
+    emit("backward_ship", t0, now() - t0, bytes=len(data), restrided=restrided)
 
 
 @contextlib.contextmanager

@@ -17,6 +17,8 @@ Touched (torch 2.14.1 and 2.11.0):
 - `torch._inductor.compile_fx.compile_fx_backward(gm, inputs, compiler_config_extra, inner_compile)`
   and its `CompilerConfigExtra` dataclass (2.11: cudagraphs, graph_id, forward_device; 2.14 adds
   forward_is_partitioned and cudagraphs_bwd_override);
+- `torch._inductor.graph.GraphLowering.decide_layout_opt(gm, *, is_inference)`, to predict the
+  channels-last strides the compiled forward gives what it saves (`predict_inputs`);
 - `torch.fx._graph_pickler.GraphPickler.dumps/loads(data, fake_mode)`, Inductor's own way of
   sending a graph with fake-tensor metadata to a subprocess (compile_fx_ext.py);
 - `FxGraphCache._check_for_hop` and `compile_fx_ext._graph_contains_triton_kernel_wrappers`:
@@ -58,6 +60,9 @@ def check() -> None:
 
     require_attr(cfx, "compile_fx_backward", "torch._inductor.compile_fx")
     require_attr(cfx, "compile_fx_inner", "torch._inductor.compile_fx")
+    from torch._inductor.graph import GraphLowering
+
+    require_attr(GraphLowering, "decide_layout_opt", "torch._inductor.graph.GraphLowering")
     extra = require_attr(cfx, "CompilerConfigExtra", "torch._inductor.compile_fx")
     known = {"cudagraphs", "graph_id", "forward_device", "forward_is_partitioned", "cudagraphs_bwd_override"}
     for f in dataclasses.fields(extra):  # type: ignore[arg-type]
@@ -80,10 +85,12 @@ def check() -> None:
 
 @dataclasses.dataclass
 class Partitioned:
-    """What the partition hands the backward hook: the graph and why it cannot be shipped."""
+    """What the partition hands the backward hook: the graph, the inputs it will most likely be
+    compiled with (`predicted_inputs`), and why it cannot be shipped."""
 
     bw_module: Any
     why_not: str | None
+    predicted_inputs: list[Any] = dataclasses.field(default_factory=list)
 
 
 def install(on_partition: Callable[[Partitioned], None],
@@ -99,7 +106,9 @@ def install(on_partition: Callable[[Partitioned], None],
     def partition_hook(*args: Any, **kwargs: Any) -> Any:
         out = partition(*args, **kwargs)
         try:
-            on_partition(Partitioned(out[1], _why_not(out, args, kwargs)))
+            why_not = _why_not(out, args, kwargs)
+            predicted = predict_inputs(out[0], out[1]) if why_not is None else []
+            on_partition(Partitioned(out[1], why_not, predicted))
         except Exception:  # never let the speculation break the real compile
             pass
         return out
@@ -137,6 +146,48 @@ def install(on_partition: Callable[[Partitioned], None],
     setattr(bw_compile_hook, _WRAPPED, bw_compile)
     gc._aot_stage2a_partition = partition_hook
     gc._aot_stage2b_bw_compile = bw_compile_hook
+
+
+def predict_inputs(fw_module: Any, bw_module: Any) -> list[Any]:
+    """The backward's inputs as the compiled forward will most likely save them.
+
+    The partition's placeholders have eager strides. With layout optimisation (Inductor's choice
+    for convolution graphs, `GraphLowering.decide_layout_opt`) the compiled forward saves 4-D
+    tensors channels-last instead, and AOTAutograd restrides the backward's inputs to match
+    (`_aot_stage2b_bw_compile`), which changes the backward's FX key. Observed on ResNets
+    (torch 2.11 CUDA, 2.14 CPU): every 4-D tensor the forward computes gets channels-last
+    strides, except views (they keep their base's); a 4-D forward input is copied channels-last
+    unless it already is. The FX key still checks each prediction: a wrong one only means the
+    parent compiles its backward itself.
+    """
+    import torch
+    from torch._inductor.graph import GraphLowering
+
+    vals = placeholder_vals(bw_module)
+    if not GraphLowering.decide_layout_opt(fw_module, is_inference=False):
+        return vals
+    produced = {n.name: n for n in fw_module.graph.nodes}
+    out = []
+    for node, val in zip(bw_module.graph.find_nodes(op="placeholder"), vals):
+        src = produced.get(node.name)
+        if isinstance(val, torch.Tensor) and val.dim() == 4 and src is not None and not _is_view(src) and (
+                src.op != "placeholder" or not val.is_contiguous(memory_format=torch.channels_last)):
+            # A fresh tensor, not a view (the pickler cannot ship views made here); dumps() ships
+            # the storage size of the original, which the parent's restrided input keeps.
+            with val.fake_mode:
+                val = torch.empty_strided(tuple(val.shape), _channels_last_strides(tuple(val.shape)),
+                                          dtype=val.dtype, device=val.device)
+        out.append(val)
+    return out
+
+
+def _is_view(node: Any) -> bool:
+    return bool(getattr(node.target, "is_view", False))
+
+
+def _channels_last_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    n, c, h, w = shape
+    return (h * w * c, 1, w * c, c)
 
 
 def differing_inputs(guessed: list[Any], real: list[Any]) -> list[str]:
@@ -250,8 +301,9 @@ class Shipment:
     storage_bytes: list[int | None] = dataclasses.field(default_factory=list)
 
 
-def dumps(bw_module: Any) -> bytes:
-    """The backward graph with its (guessed) input metadata, Inductor config and numerics flags."""
+def dumps(bw_module: Any, inputs: list[Any] | None = None) -> bytes:
+    """The backward graph with its guessed inputs (default: its placeholders' values), Inductor
+    config and numerics flags."""
     import torch
     import torch._inductor.config as iconfig
     from torch.fx._graph_pickler import GraphPickler, Options
@@ -264,8 +316,9 @@ def dumps(bw_module: Any) -> bytes:
             pass
     flags["deterministic"] = torch.are_deterministic_algorithms_enabled()
     flags["deterministic_warn_only"] = torch.is_deterministic_algorithms_warn_only_enabled()
-    vals = placeholder_vals(bw_module)
-    storage = [int(v.untyped_storage().nbytes()) if isinstance(v, torch.Tensor) else None for v in vals]
+    original = placeholder_vals(bw_module)
+    vals = list(inputs) if inputs else original
+    storage = [int(v.untyped_storage().nbytes()) if isinstance(v, torch.Tensor) else None for v in original]
     shipment = Shipment(bw_module, vals, iconfig.save_config_portable(), flags, storage)
     # Every op by name (the default filter refuses non-aten ops such as prims.fma, which
     # decompositions emit): both ends run the same torch, so the names resolve.
