@@ -80,7 +80,8 @@ def _events_summary(step0_wall: float | None = None) -> dict | None:
         s = analysis.analyze([e for e in evs if e.get("pid") == os.getpid()], job=job_id()).summary()
         a = analysis.analyze(evs, job=job_id())
         timeline = [{"kind": e["kind"], "t": round(e["ts"] - step0_wall, 2), "dur": round(e.get("dur", 0.0), 2),
-                     "outcome": e.get("outcome"), "waited_for_claim_s": e.get("waited_for_claim_s")}
+                     **{k: e[k] for k in ("outcome", "waited_for_claim_s", "restrided", "differs", "differences")
+                        if e.get(k) is not None}}
                     for e in evs if e.get("pid") == os.getpid() and e.get("kind") in _TIMELINE_KINDS
                     and step0_wall is not None and "ts" in e]
         return {"job": job_id(), "log": str(path), "lookups": a.lookups, "graph_outcomes": s["graph_outcomes"],

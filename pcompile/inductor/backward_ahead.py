@@ -94,6 +94,7 @@ class Job:
     id: int
     data: bytes
     guessed: list[Any]  # the backward's inputs as the partition predicted them (what was shipped)
+    labels: list[str] = dataclasses.field(default_factory=list)  # their names, for the log
     state: str = "queued"  # queued -> sent -> claimed -> done | failed | cancelled
     key: str = ""
     error: str = ""
@@ -374,7 +375,8 @@ def on_partition(part: Any) -> None:
         log.info("pcompile: backward not compiled ahead: cannot serialise it (%s: %s)", type(exc).__name__, exc)
         emit("backward_ahead", t0, now() - t0, outcome="skipped", reason=f"{type(exc).__name__}")
         return
-    _pending[id(part.bw_module)] = worker().submit(data, guessed)
+    job = _pending[id(part.bw_module)] = worker().submit(data, guessed)
+    job.labels = part.labels
     restrided = len(backward_graph.differing_inputs(backward_graph.placeholder_vals(part.bw_module), guessed))
     emit("backward_ship", t0, now() - t0, bytes=len(data), restrided=restrided)
 
@@ -392,7 +394,7 @@ def around_backward(bw_module: Any, placeholders: list[Any]) -> Iterator[None]:
 
     t0 = now()
     w = worker()
-    differs = backward_graph.differing_inputs(job.guessed, placeholders)
+    differs = backward_graph.differing_inputs(job.guessed, placeholders, job.labels)
     job.guessed = []
     if differs:
         if not w.cancel(job):
@@ -408,7 +410,7 @@ def around_backward(bw_module: Any, placeholders: list[Any]) -> Iterator[None]:
     used = backward_graph.fx_cache_hits() > hits and state in ("claimed", "done")
     outcome = "used" if used else ("not-used" if state in ("claimed", "done") else state)
     emit("backward_ahead", t0, now() - t0, outcome=outcome, waited_for_claim_s=round(waited, 3),
-         differs=len(differs), first_difference=differs[0] if differs else "")
+         differs=len(differs), first_difference=differs[0] if differs else "", differences=differs[:12])
     log.info("pcompile: backward compiled ahead: %s (job %s)", outcome, state)
 
 

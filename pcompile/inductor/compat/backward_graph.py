@@ -91,6 +91,7 @@ class Partitioned:
     bw_module: Any
     why_not: str | None
     predicted_inputs: list[Any] = dataclasses.field(default_factory=list)
+    labels: list[str] = dataclasses.field(default_factory=list)  # input_labels()
 
 
 def install(on_partition: Callable[[Partitioned], None],
@@ -108,7 +109,8 @@ def install(on_partition: Callable[[Partitioned], None],
         try:
             why_not = _why_not(out, args, kwargs)
             predicted = predict_inputs(out[0], out[1]) if why_not is None else []
-            on_partition(Partitioned(out[1], why_not, predicted))
+            labels = input_labels(out[0], out[1]) if why_not is None else []
+            on_partition(Partitioned(out[1], why_not, predicted, labels))
         except Exception:  # never let the speculation break the real compile
             pass
         return out
@@ -181,6 +183,16 @@ def predict_inputs(fw_module: Any, bw_module: Any) -> list[Any]:
     return out
 
 
+def input_labels(fw_module: Any, bw_module: Any) -> list[str]:
+    """Each backward input's name and the forward op that produced it (diagnostics)."""
+    produced = {n.name: n for n in fw_module.graph.nodes}
+    out = []
+    for node in bw_module.graph.find_nodes(op="placeholder"):
+        src = produced.get(node.name)
+        out.append(node.name if src is None else f"{node.name} = {src.op if src.op == 'placeholder' else src.target}")
+    return out
+
+
 def _is_view(node: Any) -> bool:
     return bool(getattr(node.target, "is_view", False))
 
@@ -190,17 +202,20 @@ def _channels_last_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return (h * w * c, 1, w * c, c)
 
 
-def differing_inputs(guessed: list[Any], real: list[Any]) -> list[str]:
-    """Where the compiled forward's outputs differ from what the partition predicted."""
+def differing_inputs(guessed: list[Any], real: list[Any], names: list[str] | None = None) -> list[str]:
+    """Where the compiled forward's outputs differ from what the partition predicted (`names`:
+    input_labels(), for the log)."""
     import torch
 
+    names = names or []
     out = []
     for i, (g, r) in enumerate(zip(guessed, real)):
+        label = f"input {i}" + (f" ({names[i]})" if i < len(names) else "")
         if isinstance(g, torch.Tensor) and isinstance(r, torch.Tensor):
             if tuple(g.shape) != tuple(r.shape) or g.stride() != r.stride() or g.dtype != r.dtype:
-                out.append(f"input {i}: {tuple(g.shape)}/{g.stride()} -> {tuple(r.shape)}/{r.stride()}")
+                out.append(f"{label}: {tuple(g.shape)}/{g.stride()} -> {tuple(r.shape)}/{r.stride()}")
         elif type(g) is not type(r) or (not isinstance(g, torch.Tensor) and g != r):
-            out.append(f"input {i}: {g!r} -> {r!r}")
+            out.append(f"{label}: {g!r} -> {r!r}")
     if len(guessed) != len(real):
         out.append(f"{len(guessed)} inputs -> {len(real)}")
     return out
