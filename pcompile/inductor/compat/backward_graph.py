@@ -17,7 +17,8 @@ Touched (torch 2.14.1 and 2.11.0):
 - `torch._inductor.compile_fx.compile_fx_backward(gm, inputs, compiler_config_extra, inner_compile)`
   and its `CompilerConfigExtra` dataclass (2.11: cudagraphs, graph_id, forward_device; 2.14 adds
   forward_is_partitioned and cudagraphs_bwd_override);
-- `torch._inductor.graph.GraphLowering.decide_layout_opt(gm, *, is_inference)`, to predict the
+- `torch._inductor.graph.GraphLowering.decide_layout_opt(gm, *, is_inference)` and
+  `find_nodes_prefer_channels_last(self)` (reads only `self.module`), to predict the
   channels-last strides the compiled forward gives what it saves (`predict_inputs`);
 - `torch.fx._graph_pickler.GraphPickler.dumps/loads(data, fake_mode)`, Inductor's own way of
   sending a graph with fake-tensor metadata to a subprocess (compile_fx_ext.py);
@@ -30,10 +31,12 @@ import contextlib
 import dataclasses
 import functools
 import importlib
+import logging
 from typing import Any, Callable
 
 from pcompile.inductor.compat import CompatError, require_attr
 
+log = logging.getLogger("pcompile.inductor")
 _WRAPPED = "_pcompile_wrapped"
 #: Process-global numerics settings that enter Inductor's FX cache key (codecache.py:
 #: FxGraphHashDetails' cuda_matmul_settings and deterministic_algorithms_settings) or its output.
@@ -63,6 +66,7 @@ def check() -> None:
     from torch._inductor.graph import GraphLowering
 
     require_attr(GraphLowering, "decide_layout_opt", "torch._inductor.graph.GraphLowering")
+    require_attr(GraphLowering, "find_nodes_prefer_channels_last", "torch._inductor.graph.GraphLowering")
     extra = require_attr(cfx, "CompilerConfigExtra", "torch._inductor.compile_fx")
     known = {"cudagraphs", "graph_id", "forward_device", "forward_is_partitioned", "cudagraphs_bwd_override"}
     for f in dataclasses.fields(extra):  # type: ignore[arg-type]
@@ -108,8 +112,13 @@ def install(on_partition: Callable[[Partitioned], None],
         out = partition(*args, **kwargs)
         try:
             why_not = _why_not(out, args, kwargs)
-            predicted = predict_inputs(out[0], out[1]) if why_not is None else []
-            labels = input_labels(out[0], out[1]) if why_not is None else []
+            predicted: list[Any] = []
+            labels: list[str] = []
+            if why_not is None:
+                try:
+                    predicted, labels = predict_inputs(out[0], out[1]), input_labels(out[0], out[1])
+                except Exception as exc:  # ship the partition's own strides
+                    log.info("pcompile: cannot predict the backward's input strides (%s: %s)", type(exc).__name__, exc)
             on_partition(Partitioned(out[1], why_not, predicted, labels))
         except Exception:  # never let the speculation break the real compile
             pass
@@ -154,26 +163,32 @@ def predict_inputs(fw_module: Any, bw_module: Any) -> list[Any]:
     """The backward's inputs as the compiled forward will most likely save them.
 
     The partition's placeholders have eager strides. With layout optimisation (Inductor's choice
-    for convolution graphs, `GraphLowering.decide_layout_opt`) the compiled forward saves 4-D
-    tensors channels-last instead, and AOTAutograd restrides the backward's inputs to match
-    (`_aot_stage2b_bw_compile`), which changes the backward's FX key. Observed on ResNets
-    (torch 2.11 CUDA, 2.14 CPU): every 4-D tensor the forward computes gets channels-last
-    strides, except views (they keep their base's); a 4-D forward input is copied channels-last
-    unless it already is. The FX key still checks each prediction: a wrong one only means the
-    parent compiles its backward itself.
+    for convolution graphs, `GraphLowering.decide_layout_opt`) the compiled forward saves a dense
+    4-D output channels-last if the node is in `find_nodes_prefer_channels_last()` (convolutions,
+    what feeds them, and what follows them up to the last one), and AOTAutograd restrides the
+    backward's inputs to match (`_aot_stage2b_bw_compile`), which changes the backward's FX key.
+    This repeats that rule (`GraphLowering.run_node`, outputs): a buffer gets exact channels-last
+    strides; a forward input is copied only if it is not channels-last already; a view keeps its
+    strides. The FX key still checks each prediction: a wrong one only means the parent compiles
+    its backward itself.
     """
+    import types
+
     import torch
     from torch._inductor.graph import GraphLowering
+    from torch._prims_common import is_non_overlapping_and_dense_or_false
 
     vals = placeholder_vals(bw_module)
     if not GraphLowering.decide_layout_opt(fw_module, is_inference=False):
         return vals
+    prefer = GraphLowering.find_nodes_prefer_channels_last(types.SimpleNamespace(module=fw_module))  # type: ignore[arg-type]
     produced = {n.name: n for n in fw_module.graph.nodes}
     out = []
     for node, val in zip(bw_module.graph.find_nodes(op="placeholder"), vals):
         src = produced.get(node.name)
-        if isinstance(val, torch.Tensor) and val.dim() == 4 and src is not None and not _is_view(src) and (
-                src.op != "placeholder" or not val.is_contiguous(memory_format=torch.channels_last)):
+        if (isinstance(val, torch.Tensor) and val.dim() == 4 and src is not None and src in prefer
+                and not _is_view(src) and is_non_overlapping_and_dense_or_false(val)
+                and (src.op != "placeholder" or not val.is_contiguous(memory_format=torch.channels_last))):
             # A fresh tensor, not a view (the pickler cannot ship views made here); dumps() ships
             # the storage size of the original, which the parent's restrided input keeps.
             with val.fake_mode:
