@@ -4,7 +4,7 @@ Each test runs one small training step (two compiled regions split by a graph br
 backward graphs) in a fresh interpreter with its own empty PCOMPILE_CACHE_DIR and
 TORCHINDUCTOR_CACHE_DIR, then reads Inductor's counters and the job's events. With both caches
 cold, an FX graph cache hit in the parent can only come from the backward worker.
-PCOMPILE_BACKWARD_AHEAD=1 is set explicitly: the feature is opt-in.
+PCOMPILE_BACKWARD_AHEAD=1 is set explicitly: by default it is on only for GPU jobs.
 """
 from __future__ import annotations
 
