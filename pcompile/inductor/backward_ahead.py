@@ -38,6 +38,7 @@ from pcompile.thread_flags import is_raised, raised
 log = logging.getLogger("pcompile.inductor")
 
 ENV = "PCOMPILE_BACKWARD_AHEAD"
+ENV_EARLY = "PCOMPILE_BACKWARD_AHEAD_EARLY"
 #: How long the parent waits for a started job to claim its key (worker start-up included).
 CLAIM_TIMEOUT_S = 60.0
 
@@ -51,7 +52,7 @@ MIN_CPUS = 8
 def wanted() -> bool:
     """`PCOMPILE_BACKWARD_AHEAD=1`/`0` decides; unset, on for a job that sees a CUDA device on a
     host with at least MIN_CPUS usable CPUs. Measured on the H100 (benchmarks/RESULTS.md, session 5)
-    with the worker started at torch.compile, it took 19-23% off a cold first step. Its price: ~12
+    with the worker started at torch.compile, it took 15-35% off a cold first step. Its price: ~12
     CPU-s of imports per process (paid in another process, on another core) and a CUDA context on
     the job's GPU (~0.6 GB) until the job ends, the first graph proves all hits, or two idle minutes
     pass. CPU-only hosts keep it off: their C++ kernels need the cores."""
@@ -312,9 +313,6 @@ def worker() -> Worker:
 _first_scope_seen = False
 
 
-ENV_EARLY = "PCOMPILE_BACKWARD_AHEAD_EARLY"
-
-
 def start_early() -> None:
     """The process has committed to pcompile: start the worker now (hooks.py calls this).
     `PCOMPILE_BACKWARD_AHEAD_EARLY=0` waits for the first AOTAutograd miss instead (session 3's
@@ -324,12 +322,17 @@ def start_early() -> None:
 
 
 def scope_ended(outcome: str | None) -> None:
-    """A backend call ended. If it was this process's first and it compiled nothing, the job is
-    hot: the worker started early has nothing to do, so it goes (a later miss starts it again)."""
+    """A backend call ended. If it was this process's first and it compiled nothing (a hot job)
+    or shipped no backward (an inference graph), the worker started early has nothing to do, so
+    it goes (a later miss starts it again)."""
     global _first_scope_seen
     first, _first_scope_seen = not _first_scope_seen, True
-    if first and outcome == "hit":
+    if not first:
+        return
+    if outcome == "hit":
         _let_unused_worker_go("the first graph was all hits")
+    elif _worker is not None and _worker.next_id == 0:
+        _let_unused_worker_go("the first graph had no backward to ship")
 
 
 _first_autograd_seen = False
@@ -344,16 +347,21 @@ def on_lookup(kind: str, key: str, outcome: str) -> None:
     if kind != "autograd" or not is_raised(_tls, "allowed") or not wanted():
         return
     first, _first_autograd_seen = not _first_autograd_seen, True
-    if outcome == "leased":
+    if outcome == "leased" and not _let_go:  # (after a let-go, only a shipped backward starts one)
         worker().start()
     elif first and outcome in ("hit", "waiting"):
         _let_unused_worker_go("the first AOTAutograd entry is " + ("stored" if outcome == "hit" else "another process's"))
 
 
+_let_go = False
+
+
 def _let_unused_worker_go(why: str) -> None:
+    global _let_go
     w = _worker
     if w is not None and w.alive and w.idle() and not _pending:
         log.info("pcompile: %s; closing the backward worker", why)
+        _let_go = True
         w.close(unused=True)
 
 
