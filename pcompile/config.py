@@ -37,6 +37,17 @@ def _truthy(raw: str | None) -> bool:
     return (raw or "").strip().lower() in {"1", "true", "yes", "on"}
 
 
+def switch(name: str) -> bool | None:
+    """An on/off environment variable whose default depends on the machine: True or False if
+    the user set it, None (decide by default) if unset or unrecognised."""
+    raw = os.environ.get(name, "").strip().lower()
+    if raw in {"1", "true", "yes", "on"}:
+        return True
+    if raw in {"0", "false", "no", "off"}:
+        return False
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
     cache_dir: Path

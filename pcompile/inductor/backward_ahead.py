@@ -56,12 +56,10 @@ def wanted() -> bool:
     CPU-s of imports per process (paid in another process, on another core) and a CUDA context on
     the job's GPU (~0.6 GB) until the job ends, the first graph proves all hits, or two idle minutes
     pass. CPU-only hosts keep it off: their C++ kernels need the cores."""
-    raw = os.environ.get(ENV, "").strip().lower()
-    if raw in {"1", "true", "yes", "on"}:
-        return True
-    if raw in {"0", "false", "no", "off"}:
-        return False
-    return _default_on()
+    from pcompile.config import switch
+
+    chosen = switch(ENV)
+    return _default_on() if chosen is None else chosen
 
 
 @functools.lru_cache(maxsize=None)
@@ -376,7 +374,7 @@ def on_partition(part: Any) -> None:
     from pcompile.inductor.compat import backward_graph
 
     t0 = now()
-    guessed = part.predicted_inputs or backward_graph.placeholder_vals(part.bw_module)
+    guessed = part.predicted.inputs or backward_graph.placeholder_vals(part.bw_module)
     try:
         data = backward_graph.dumps(part.bw_module, guessed)
     except Exception as exc:  # not shippable: the parent compiles it as always
@@ -384,9 +382,8 @@ def on_partition(part: Any) -> None:
         emit("backward_ahead", t0, now() - t0, outcome="skipped", reason=f"{type(exc).__name__}")
         return
     job = _pending[id(part.bw_module)] = worker().submit(data, guessed)
-    job.labels = part.labels
-    restrided = len(backward_graph.differing_inputs(backward_graph.placeholder_vals(part.bw_module), guessed))
-    emit("backward_ship", t0, now() - t0, bytes=len(data), restrided=restrided)
+    job.labels = part.predicted.labels
+    emit("backward_ship", t0, now() - t0, bytes=len(data), restrided=part.predicted.restrided)
 
 
 @contextlib.contextmanager

@@ -14,9 +14,9 @@ instead of racing it. The compiled graph reaches the parent through the store. T
 at EOF (its parent is gone) or after `IDLE_EXIT_S` without work, so an idle job does not keep a
 CUDA context and a torch import resident.
 
-It is a fresh interpreter, so it pays torch's and Inductor's imports (~13 s on the H100 host) before
-its first graph: it is started at the first AOTAutograd miss of a job, i.e. as soon as the job
-knows it will compile, which is still later than the first partition on GPT-2-sized models.
+It is a fresh interpreter, so it pays torch's and Inductor's imports (~12-13 s on the H100 host)
+before its first graph: backward_ahead starts it at torch.compile, so that those imports overlap
+Dynamo's tracing and the joint graph's trace.
 (Forking it from the node pool's warm forkserver was tried: the fork saw no CUDA device, took the
 CPU path of the key fingerprint and hung in Inductor's ISA probe; see benchmarks/RESULTS.md.)
 """

@@ -355,11 +355,11 @@ def _start_eagerly() -> bool:
     """Start the daemon at install time only where Triton kernels are expected (a CUDA device is
     visible, real or virtual), so its workers are warm by the first kernel; a CPU-only process
     (C++ kernels only) starts none: each idle daemon holds a torch-importing forkserver."""
-    raw = os.environ.get(ENV_EAGER, "").strip().lower()
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    if raw in ("0", "false", "no", "off"):
-        return False
+    from pcompile.config import switch
+
+    chosen = switch(ENV_EAGER)
+    if chosen is not None:
+        return chosen
     try:
         import torch
 

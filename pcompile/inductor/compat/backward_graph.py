@@ -18,8 +18,9 @@ Touched (torch 2.14.1 and 2.11.0):
   and its `CompilerConfigExtra` dataclass (2.11: cudagraphs, graph_id, forward_device; 2.14 adds
   forward_is_partitioned and cudagraphs_bwd_override);
 - `torch._inductor.graph.GraphLowering.decide_layout_opt(gm, *, is_inference)` and
-  `find_nodes_prefer_channels_last(self)` (reads only `self.module`), to predict the
-  channels-last strides the compiled forward gives what it saves (`predict_inputs`);
+  `find_nodes_prefer_channels_last(self)` (reads only `self.module`), and
+  `torch._prims_common.is_non_overlapping_and_dense_or_false`, to predict the channels-last
+  strides the compiled forward gives what it saves (`predict_inputs`);
 - `torch.fx._graph_pickler.GraphPickler.dumps/loads(data, fake_mode)`, Inductor's own way of
   sending a graph with fake-tensor metadata to a subprocess (compile_fx_ext.py);
 - `FxGraphCache._check_for_hop` and `compile_fx_ext._graph_contains_triton_kernel_wrappers`:
@@ -67,6 +68,9 @@ def check() -> None:
 
     require_attr(GraphLowering, "decide_layout_opt", "torch._inductor.graph.GraphLowering")
     require_attr(GraphLowering, "find_nodes_prefer_channels_last", "torch._inductor.graph.GraphLowering")
+    import torch._prims_common as prims_common
+
+    require_attr(prims_common, "is_non_overlapping_and_dense_or_false", "torch._prims_common")
     extra = require_attr(cfx, "CompilerConfigExtra", "torch._inductor.compile_fx")
     known = {"cudagraphs", "graph_id", "forward_device", "forward_is_partitioned", "cudagraphs_bwd_override"}
     for f in dataclasses.fields(extra):  # type: ignore[arg-type]
@@ -90,12 +94,22 @@ def check() -> None:
 @dataclasses.dataclass
 class Partitioned:
     """What the partition hands the backward hook: the graph, the inputs it will most likely be
-    compiled with (`predicted_inputs`), and why it cannot be shipped."""
+    compiled with (`predicted`), and why it cannot be shipped."""
 
     bw_module: Any
     why_not: str | None
-    predicted_inputs: list[Any] = dataclasses.field(default_factory=list)
-    labels: list[str] = dataclasses.field(default_factory=list)  # input_labels()
+    predicted: "Prediction" = dataclasses.field(default_factory=lambda: Prediction())
+
+
+@dataclasses.dataclass
+class Prediction:
+    """The backward's inputs as the compiled forward will most likely save them (empty: use its
+    placeholders), each input's name and producing forward op (for the log), and how many
+    inputs differ from the placeholders."""
+
+    inputs: list[Any] = dataclasses.field(default_factory=list)
+    labels: list[str] = dataclasses.field(default_factory=list)
+    restrided: int = 0
 
 
 def install(on_partition: Callable[[Partitioned], None],
@@ -112,14 +126,13 @@ def install(on_partition: Callable[[Partitioned], None],
         out = partition(*args, **kwargs)
         try:
             why_not = _why_not(out, args, kwargs)
-            predicted: list[Any] = []
-            labels: list[str] = []
+            predicted = Prediction()
             if why_not is None:
                 try:
-                    predicted, labels = predict_inputs(out[0], out[1]), input_labels(out[0], out[1])
+                    predicted = predict_inputs(out[0], out[1])
                 except Exception as exc:  # ship the partition's own strides
                     log.info("pcompile: cannot predict the backward's input strides (%s: %s)", type(exc).__name__, exc)
-            on_partition(Partitioned(out[1], why_not, predicted, labels))
+            on_partition(Partitioned(out[1], why_not, predicted))
         except Exception:  # never let the speculation break the real compile
             pass
         return out
@@ -159,7 +172,7 @@ def install(on_partition: Callable[[Partitioned], None],
     gc._aot_stage2b_bw_compile = bw_compile_hook
 
 
-def predict_inputs(fw_module: Any, bw_module: Any) -> list[Any]:
+def predict_inputs(fw_module: Any, bw_module: Any) -> Prediction:
     """The backward's inputs as the compiled forward will most likely save them.
 
     The partition's placeholders have eager strides. With layout optimisation (Inductor's choice
@@ -178,48 +191,41 @@ def predict_inputs(fw_module: Any, bw_module: Any) -> list[Any]:
     from torch._inductor.graph import GraphLowering
     from torch._prims_common import is_non_overlapping_and_dense_or_false
 
-    vals = placeholder_vals(bw_module)
-    if not GraphLowering.decide_layout_opt(fw_module, is_inference=False):
-        return vals
-    prefer = GraphLowering.find_nodes_prefer_channels_last(types.SimpleNamespace(module=fw_module))  # type: ignore[arg-type]
     produced = {n.name: n for n in fw_module.graph.nodes}
-    out = []
-    for node, val in zip(bw_module.graph.find_nodes(op="placeholder"), vals):
+    placeholders = bw_module.graph.find_nodes(op="placeholder")
+    labels = [_label(node, produced.get(node.name)) for node in placeholders]
+    vals = [node.meta.get("val") for node in placeholders]
+    if not GraphLowering.decide_layout_opt(fw_module, is_inference=False):
+        return Prediction(vals, labels, 0)
+    prefer = GraphLowering.find_nodes_prefer_channels_last(types.SimpleNamespace(module=fw_module))  # type: ignore[arg-type]
+    out, restrided = [], 0
+    for node, val in zip(placeholders, vals):
         src = produced.get(node.name)
         if (isinstance(val, torch.Tensor) and val.dim() == 4 and src is not None and src in prefer
                 and not _is_view(src) and is_non_overlapping_and_dense_or_false(val)
-                and (src.op != "placeholder" or not val.is_contiguous(memory_format=torch.channels_last))):
+                and not (src.op == "placeholder" and val.is_contiguous(memory_format=torch.channels_last))):
             # A fresh tensor, not a view (the pickler cannot ship views made here); dumps() ships
             # the storage size of the original, which the parent's restrided input keeps.
             with val.fake_mode:
-                val = torch.empty_strided(tuple(val.shape), _channels_last_strides(tuple(val.shape)),
-                                          dtype=val.dtype, device=val.device)
+                new = torch.empty(tuple(val.shape), dtype=val.dtype, device=val.device, memory_format=torch.channels_last)
+            restrided += new.stride() != val.stride()
+            val = new
         out.append(val)
-    return out
+    return Prediction(out, labels, restrided)
 
 
-def input_labels(fw_module: Any, bw_module: Any) -> list[str]:
-    """Each backward input's name and the forward op that produced it (diagnostics)."""
-    produced = {n.name: n for n in fw_module.graph.nodes}
-    out = []
-    for node in bw_module.graph.find_nodes(op="placeholder"):
-        src = produced.get(node.name)
-        out.append(node.name if src is None else f"{node.name} = {src.op if src.op == 'placeholder' else src.target}")
-    return out
+def _label(node: Any, src: Any) -> str:
+    """A backward input's name and the forward op that produced it (diagnostics)."""
+    return node.name if src is None else f"{node.name} = {src.op if src.op == 'placeholder' else src.target}"
 
 
 def _is_view(node: Any) -> bool:
     return bool(getattr(node.target, "is_view", False))
 
 
-def _channels_last_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    n, c, h, w = shape
-    return (h * w * c, 1, w * c, c)
-
-
 def differing_inputs(guessed: list[Any], real: list[Any], names: list[str] | None = None) -> list[str]:
     """Where the compiled forward's outputs differ from what the partition predicted (`names`:
-    input_labels(), for the log)."""
+    Prediction.labels, for the log)."""
     import torch
 
     names = names or []
