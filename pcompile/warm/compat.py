@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from typing import Any, Callable
 
 import torch
@@ -79,11 +80,101 @@ def check() -> list[str]:
 
 
 # ------------------------------------------------------------------ fake tensors
-def new_fake_mode() -> Any:
-    """The mode the whole script runs under; real inputs (CPU data, numpy) are fakified on use."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
+def new_fake_mode(on_host_read: Callable[[str], None]) -> Any:
+    """The mode the whole script runs under: a device-scoped fake mode.
 
-    return FakeTensorMode(allow_non_fake_inputs=True)
+    Only ops that touch CUDA (a CUDA tensor or fake among the inputs, or `device=cuda`) run on
+    fakes; every other op -- the data loader's numpy and CPU tensor work, model construction and
+    weight init on CPU, loss accumulators, LR schedules -- runs for real, exactly as on a GPU host.
+    Where a CUDA value flows back to the host, the virtual GPU reads as zeros (pcompile/warm/reads.py):
+    a fake CPU result becomes a real CPU tensor of zeros, a real CPU tensor written from a CUDA value
+    gets zeros, and an op whose output depends on values (nonzero, equal, ...) runs on CPU zeros.
+    `on_host_read(how)` counts each such read.
+
+    A subclass of FakeTensorMode, not a separate dispatch mode: it occupies the one infra slot for
+    fake modes, so Dynamo's own fake mode replaces it while tracing and compiling (a user-level
+    dispatch mode would be seen by, and disable, torch.compile)."""
+    from torch._subclasses.fake_tensor import (DataDependentOutputException, DynamicOutputShapeException, FakeTensor,
+                                               FakeTensorMode)
+    from torch.utils._pytree import tree_flatten, tree_map
+
+    local = threading.local()
+
+    def virtual(x: Any) -> bool:
+        if isinstance(x, FakeTensor):
+            return True
+        if isinstance(x, torch.Tensor):
+            return x.device.type == "cuda"
+        return isinstance(x, torch.device) and x.type == "cuda"
+
+    def writes_real_tensor(func: Any, args: Any, kwargs: Any) -> bool:
+        schema = getattr(func, "_schema", None)
+        if schema is None:
+            return False
+        for i, arg in enumerate(schema.arguments):
+            value = args[i] if i < len(args) else kwargs.get(arg.name)
+            if arg.alias_info is not None and arg.alias_info.is_write:
+                for v in (value if isinstance(value, (list, tuple)) else (value,)):
+                    if isinstance(v, torch.Tensor) and not isinstance(v, FakeTensor) and v.device.type != "cuda":
+                        return True
+        return False
+
+    class DeviceScopedFakeMode(FakeTensorMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            depth = getattr(local, "depth", 0)  # > 0: inside fake tensor's own decompositions
+            if depth == 0 and not any(virtual(x) for x in tree_flatten((args, kwargs))[0]):
+                return func(*args, **kwargs)  # a host op: run it for real
+            if depth == 0 and writes_real_tensor(func, args, kwargs):
+                return self._on_host_zeros(func, args, kwargs, "copy to a CPU tensor", to_device=False)
+            local.depth = depth + 1
+            try:
+                out = super().__torch_dispatch__(func, types, args, kwargs)
+            except (DataDependentOutputException, DynamicOutputShapeException):
+                if depth:
+                    raise
+                return self._on_host_zeros(func, args, kwargs, f"{func} (depends on values)", to_device=True)
+            finally:
+                local.depth = depth
+            if depth:
+                return out
+            return tree_map(self._host_result, out)
+
+        def _host_result(self, x: Any) -> Any:
+            if isinstance(x, FakeTensor) and x.device.type != "cuda" and x.fake_mode is self:
+                on_host_read(".cpu()")
+                from pcompile.warm.reads import zeros_like_on_cpu
+
+                return zeros_like_on_cpu(x)
+            return x
+
+        def _on_host_zeros(self, func: Any, args: Any, kwargs: Any, how: str, to_device: bool) -> Any:
+            """Run `func` for real on CPU with every virtual input read as zeros. With `to_device`,
+            tensor results come back as CUDA fakes of the shape that computation gave."""
+            from pcompile.warm.reads import zeros_like_on_cpu
+
+            on_host_read(how)
+
+            def host(x: Any) -> Any:
+                if isinstance(x, torch.Tensor) and virtual(x):
+                    return zeros_like_on_cpu(x)
+                if isinstance(x, torch.device) and x.type == "cuda":
+                    return torch.device("cpu")
+                return x
+
+            out = func(*tree_map(host, args), **tree_map(host, kwargs))
+            if not to_device:
+                return out
+
+            def back(x: Any) -> Any:
+                if isinstance(x, torch.Tensor):
+                    with self:
+                        return torch.empty_strided(tuple(x.shape), x.stride(), dtype=x.dtype, device="cuda")
+                return x
+
+            return tree_map(back, out)
+
+    return DeviceScopedFakeMode(allow_non_fake_inputs=True)
 
 
 def is_fake(t: object) -> bool:
@@ -97,26 +188,39 @@ def active_fake_mode() -> Any:
 
 
 def allow_fake_param_moves() -> None:
-    """`model.cuda()` on fake parameters: nn.Module._apply swaps fakes (torch.utils.swap_tensors),
-    which refuses tensors with weakrefs, and FakeTensorMode memoizes every fake weakly. Drop the
-    two memo entries first (only a lookup cache) so the swap goes through."""
+    """`model.cuda()` swaps each parameter with its fake (torch.utils.swap_tensors, see
+    keep_parameters_when_moved), which refuses tensors with weakrefs, and FakeTensorMode's
+    converter refers to both weakly: the fake in its memo, the real tensor in its describer's
+    id table. Drop those entries first (only lookup caches) so the swap goes through."""
     import torch.utils as tu
 
     original = tu.swap_tensors
     if getattr(original, "_pcompile", False):
         return
 
+    def forget(mode: Any, pair: tuple[torch.Tensor, torch.Tensor]) -> None:
+        meta = mode.fake_tensor_converter.meta_converter
+        for t in pair:
+            meta.describer.lookup_tensor.pop(t, None)
+        for key, value in list(meta.tensor_memo.items()):
+            if value is pair[0] or value is pair[1]:
+                del meta.tensor_memo[key]
+
     def swap_tensors(t1: torch.Tensor, t2: torch.Tensor) -> None:
-        for t in (t1, t2):
-            if is_fake(t):
-                memo = t.fake_mode.fake_tensor_converter.meta_converter.tensor_memo
-                for key, value in list(memo.items()):
-                    if value is t1 or value is t2:
-                        del memo[key]
+        for mode in {id(t.fake_mode): t.fake_mode for t in (t1, t2) if is_fake(t)}.values():
+            forget(mode, (t1, t2))
         return original(t1, t2)
 
     swap_tensors._pcompile = True  # type: ignore[attr-defined]
     tu.swap_tensors = swap_tensors
+
+
+def keep_parameters_when_moved() -> None:
+    """`model.to("cuda")` of real CPU parameters gives fakes, which nn.Module._apply would wrap in
+    new Parameter objects, one per module: tied weights (an embedding shared with the LM head)
+    would come apart and the compiled graph would gain an input the GPU job's has not. Swapping in
+    place (torch's own future behaviour, public API) keeps every Parameter object, so ties hold."""
+    torch.__future__.set_swap_module_params_on_conversion(True)
 
 
 # ------------------------------------------------------------------ executing compiled code on fakes
@@ -243,27 +347,39 @@ def placeholder_repr_for_device_tensors() -> None:
     ts._str = _str
 
 
+_read_route: list[Callable[..., Any]] = []
+
+
 def fake_scalar_reads(owned: Callable[[Any], bool], read: Callable[[Any, str], Any]) -> None:
-    """Route value reads of the script's fake tensors (`.item()`, `bool()`, `float()`, ...) to
-    `read(tensor, how)`, which returns a stand-in or raises a clear error. `owned(tensor)` limits
-    this to the script's own fakes: Dynamo's internal fakes keep stock behaviour."""
+    """Route value reads of the script's fake tensors (`.item()`, `bool()`, `float()`, format, ...)
+    to `read(tensor, how)`, which returns a stand-in. `owned(tensor)` limits this to the script's
+    own fakes: Dynamo's internal fakes keep stock behaviour. A later call replaces the route."""
     from torch._subclasses.fake_tensor import FakeTensor
 
+    _read_route[:] = [owned, read]
     if getattr(FakeTensor, "_pcompile_reads", False):
         return
-    for name in ("item", "tolist", "__bool__", "__float__", "__int__", "__index__", "numpy"):
+    for name in ("item", "tolist", "__bool__", "__float__", "__int__", "__index__", "__complex__", "numpy"):
         original = getattr(FakeTensor, name)
 
         def make(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
             def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-                if owned(self):
-                    return read(self, name)
+                if _read_route[0](self):
+                    return _read_route[1](self, name)
                 return original(self, *args, **kwargs)
 
             method.__name__ = name
             return method
 
         setattr(FakeTensor, name, make(name, original))
+    original_format = FakeTensor.__format__
+
+    def __format__(self: Any, spec: str) -> str:
+        if _read_route[0](self) and self.dim() == 0:  # as torch formats a 0-d tensor: through item()
+            return format(_read_route[1](self, "item"), spec)
+        return original_format(self, spec)
+
+    FakeTensor.__format__ = __format__
     FakeTensor._pcompile_reads = True
 
 

@@ -62,6 +62,27 @@ def report_lines(result: Any, check: bool = False) -> list[str]:
                    "a GPU job that hits these graphs keeps that choice; PCOMPILE_WARM_PAD_MM=pad|nopad)")
     if r.get("max_autotune"):
         out.append("not warmed: max-autotune / coordinate-descent choices need GPU timings; run the GPU job once to fill them")
+    out.extend(_reads_and_writes(r))
     for line in result.version_warnings:
         out.append(f"warning: {line}")
+    return out
+
+
+def _reads_and_writes(r: dict[str, Any]) -> list[str]:
+    """Where the script read GPU values (zeros during warm) and what happened to its file writes."""
+    out: list[str] = []
+    rd = r.get("reads") or {}
+    if rd.get("total"):
+        out.append(f"GPU values read back: {rd['total']} reads at {rd['sites']} lines, each read as zero during warm "
+                   "(a branch on one may differ on the GPU):")
+        for ln in rd.get("lines", [])[:8]:
+            out.append(f"  {ln['file']}:{ln['line']}: {ln['count']}x {'/'.join(ln['how'])}  `{ln['source']}`")
+    w = r.get("writes") or {}
+    if w.get("n_skipped_saves"):
+        out.append(f"skipped {w['n_skipped_saves']} saves of virtual tensors (placeholder weights are never written): "
+                   + "; ".join(w["skipped_saves"][:3]))
+    if w.get("n_redirected"):
+        out.append(f"the script wrote {w['n_redirected']} paths; they went to {w['dir']}/<original path>, not to your files")
+    if w.get("skipped_deletes"):
+        out.append(f"skipped {len(w['skipped_deletes'])} deletions of your files: " + "; ".join(w["skipped_deletes"][:3]))
     return out

@@ -82,6 +82,19 @@ def snapshot(root: Path) -> dict[str, set[str]]:
     return out
 
 
+def warm_run_dir(settings: Settings, script: Path) -> Path:
+    """Where this warm's redirected file writes go: <cache dir>/warm-runs/<time>-<script>."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = settings.cache_dir / "warm-runs"
+    run = base / f"{stamp}-{script.stem}"
+    n = 1
+    while run.exists():
+        n += 1
+        run = base / f"{stamp}-{script.stem}-{n}"
+    run.mkdir(parents=True)
+    return run
+
+
 def check_cuda_abi() -> None:
     """The virtual device answers with CUDA 13 structs; a torch built for another CUDA would misread them."""
     import torch
@@ -161,8 +174,10 @@ def run_warm(opts: WarmOptions) -> WarmResult:
             from pcompile.warm.fakepg import env_for
 
             env.update(env_for(opts.world_size))
+        run_dir = warm_run_dir(settings, script)
         spec = {"script": str(script.resolve()), "args": opts.script_args, "steps": opts.steps,
-                "world_size": opts.world_size, "strict": opts.strict, "report": str(workdir / "report.json")}
+                "world_size": opts.world_size, "strict": opts.strict, "report": str(workdir / "report.json"),
+                "run_dir": str(run_dir)}
         (workdir / "spec.json").write_text(json.dumps(spec))
         before = snapshot(inductor)
         t0 = time.monotonic()
