@@ -247,6 +247,9 @@ def run(spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     from pcompile.warm.stop import StepCounter
 
     report["torch"] = torch.__version__
+    from pcompile.warm.runner import software_here
+
+    report["software"] = software_here()
     missing = compat.check()
     if missing or not compat.version_supported():
         report["error"] = (f"torch {torch.__version__} is not supported by pcompile warm (needs 2.11-2.14"

@@ -95,22 +95,41 @@ def warm_run_dir(settings: Settings, script: Path) -> Path:
     return run
 
 
+def torch_build() -> tuple[str, str | None]:
+    """(version, CUDA version) of the installed torch, read from torch/version.py without
+    importing torch: importing the CUDA build maps the host's libcuda (cuBLASLt dlopens it), and
+    this process must never touch the host's driver."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        raise PcompileError("torch is not installed here; install the GPU host's torch wheel to warm for it")
+    values: dict[str, Any] = {}
+    text = (Path(list(spec.submodule_search_locations)[0]) / "version.py").read_text()
+    for node in ast.parse(text).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if isinstance(getattr(node, "value", None), ast.Constant):
+            for t in targets:
+                if isinstance(t, ast.Name):
+                    values[t.id] = node.value.value  # type: ignore[union-attr]
+    return str(values.get("__version__", "?")), values.get("cuda")
+
+
 def check_cuda_abi() -> None:
     """The virtual device answers with CUDA 13 structs; a torch built for another CUDA would misread them."""
-    import torch
-
-    cuda = torch.version.cuda
-    if not cuda or not cuda.startswith("13."):
+    version, cuda = torch_build()
+    if not cuda or not str(cuda).startswith("13."):
         raise PcompileError(f"pcompile warm needs a CUDA 13 build of torch (the virtual device speaks the CUDA 13 ABI); "
-                            f"this torch {torch.__version__} is built for CUDA {cuda}. Install the GPU host's torch wheel here")
+                            f"this torch {version} is built for CUDA {cuda}. Install the GPU host's torch wheel here")
 
 
-def version_warnings(profile: DeviceProfile) -> list[str]:
-    """Software the profile was captured with that differs here: the GPU job's keys would differ."""
+def software_here() -> dict[str, Any]:
+    """torch, triton and cuDNN versions of this process. Called in the warm child only: asking
+    cuDNN its version loads the CUDA driver, which must be the virtual one."""
     import torch
 
-    sw = profile.software
-    local = {"torch": torch.__version__}
+    local: dict[str, Any] = {"torch": torch.__version__}
     try:
         import triton
 
@@ -118,6 +137,12 @@ def version_warnings(profile: DeviceProfile) -> list[str]:
     except ImportError:
         local["triton"] = None
     local["cudnn"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return local
+
+
+def version_warnings(profile: DeviceProfile, local: dict[str, Any]) -> list[str]:
+    """Software the profile was captured with that differs from the warm's: the GPU job's keys would differ."""
+    sw = profile.software
     out = []
     for key, here in local.items():
         there = sw.get(key)
@@ -160,7 +185,6 @@ def run_warm(opts: WarmOptions) -> WarmResult:
     settings = Settings.from_env(cache_dir=opts.cache_dir, shared_dir=opts.shared_dir)
     profile = resolve(opts.target)
     check_cuda_abi()
-    warnings = version_warnings(profile)
     lib = build.library()
     inductor, _ = inductor_dirs(settings)
     inductor.mkdir(parents=True, exist_ok=True)
@@ -189,6 +213,7 @@ def run_warm(opts: WarmOptions) -> WarmResult:
         if not report_path.exists():
             raise PcompileError(f"the warm process died (exit {rc}) before reporting; run again with PCOMPILE_VDEV_TRACE=1 to see native calls")
         report = json.loads(report_path.read_text())
+        warnings = version_warnings(profile, report.get("software") or {})
         written = {layer: len(after[layer] - before[layer]) for layer in LAYERS}
         workers = [s for s in preload.read_stats_file(workdir / "vdev-stats.jsonl") if s.get("pid") != report.get("vdev", {}).get("pid")]
         return WarmResult(rc, report, written, seconds, profile, warnings, workers, inductor)
