@@ -165,6 +165,17 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
 
     compat.no_cuda_graph_capture(on_cudagraph_skip)
     compat.no_gpu_timing_in_pad_mm(on_pad_guess, strict.suspended)
+    report["gpu_timings_faked"] = {}
+    report["left_for_gpu_tuning"] = {}
+
+    def on_fake(what: str) -> None:
+        report["gpu_timings_faked"][what] = report["gpu_timings_faked"].get(what, 0) + 1
+
+    def on_unpublished(layer: str) -> None:
+        report["left_for_gpu_tuning"][layer] = report["left_for_gpu_tuning"].get(layer, 0) + 1
+
+    compat.fake_gpu_timings(on_fake)
+    compat.keep_tuned_graphs_unpublished(on_unpublished)
     compat.during_inductor_compile(strict.enter, strict.leave)
     compat.normalize_graphs_before_inductor(normalize_placeholder_types)
     if os.environ.get("PCOMPILE_AOT_KEY_DUMP"):

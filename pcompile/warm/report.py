@@ -60,8 +60,14 @@ def report_lines(result: Any, check: bool = False) -> list[str]:
         choice = r.get("pad_mm_prediction", "pad")
         out.append(f"predicted: {r['pad_mm_guessed']} pad_mm decisions need GPU timing; took \"{choice}\" (same results; "
                    "a GPU job that hits these graphs keeps that choice; PCOMPILE_WARM_PAD_MM=pad|nopad)")
-    if r.get("max_autotune"):
-        out.append("not warmed: max-autotune / coordinate-descent choices need GPU timings; run the GPU job once to fill them")
+    left = r.get("left_for_gpu_tuning") or {}
+    if left:
+        n_timed = sum((r.get("gpu_timings_faked") or {}).values())
+        out.append(f"left for the GPU job to tune: {left.get('fx_graph', 0)} FX graphs, {left.get('aot_autograd', 0)} AOTAutograd entries "
+                   f"not written ({n_timed} GPU timings asked for: max-autotune choices, fusion benchmarks); every candidate "
+                   "kernel was compiled here, so the GPU job only benchmarks them, then publishes the winners for the jobs after it")
+    elif r.get("max_autotune"):
+        out.append("not warmed: coordinate-descent tuning happens at the GPU job's first launches")
     out.extend(_reads_and_writes(r))
     for line in result.version_warnings:
         out.append(f"warning: {line}")
