@@ -448,7 +448,7 @@ def dump_aot_keys(path: str) -> None:
     from torch._functorch._aot_autograd import autograd_cache as ac
 
     original = ac.autograd_cache_key
-    if getattr(original, "_pcompile", False):
+    if getattr(original, "_pcompile_dump", False):
         return
 
     @functools.wraps(original)
@@ -462,7 +462,7 @@ def dump_aot_keys(path: str) -> None:
             pass
         return result
 
-    autograd_cache_key._pcompile = True  # type: ignore[attr-defined]
+    autograd_cache_key._pcompile_dump = True  # type: ignore[attr-defined]
     ac.autograd_cache_key = autograd_cache_key
 
 

@@ -24,6 +24,7 @@ import io
 import os
 import pickle
 import shutil
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -32,6 +33,12 @@ from typing import Any, Callable
 from pcompile.warm import reads
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+_PCOMPILE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _ours() -> bool:
+    """The write comes from pcompile itself (diagnostics it was asked for): never redirected."""
+    return sys._getframe(2).f_code.co_filename.startswith(_PCOMPILE)
 
 
 class Writes:
@@ -138,6 +145,8 @@ def install(w: Writes) -> None:
     o_save = torch.save
 
     def open_(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        if _ours():
+            return o_open(file, mode, *args, **kwargs)
         return o_open(w.target(file) if _write_mode(mode) else w.source(file), mode, *args, **kwargs)
 
     def osopen(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
@@ -146,6 +155,8 @@ def install(w: Writes) -> None:
         return o_osopen(w.target(path) if flags & _WRITE_FLAGS else w.source(path), flags, *args, **kwargs)
 
     def makedirs(name: Any, mode: int = 0o777, exist_ok: bool = False) -> None:
+        if _ours():
+            return o_makedirs(name, mode, exist_ok)
         return o_makedirs(w.target(name), mode, exist_ok)
 
     def mkdir(path: Any, mode: int = 0o777, *, dir_fd: Any = None) -> None:
