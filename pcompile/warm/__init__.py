@@ -13,11 +13,11 @@ How the script runs -- the mechanism, and why this one:
   pin_memory, tokenizers, model construction and weight init on CPU (any library), and the
   script's CPU bookkeeping behave exactly as on a GPU host, and Dynamo sees the same tensors
   (CUDA, same metadata) as the GPU job, so its graphs and keys are the GPU job's.
-- Alternatives measured against: (a) every tensor fake (the previous design): CPU indexing,
-  CPU schedules read with `.item()` and eval bookkeeping failed on public scripts; (b) no fakes,
-  virtual-device memory backed by host pages: eager CUDA ops outside compiled code (cuBLAS,
-  cuDNN, NCCL) would need a working device library each, and a model's weights would occupy host
-  memory. The fake mode keeps Dynamo's inputs identical, costs no device memory, and needs no
+- Alternatives: (a) every tensor fake (the previous design) failed on public scripts, measured:
+  CPU indexing of a memmap, CPU schedules read with `.item()`, eval bookkeeping; (b) no fakes,
+  virtual-device memory backed by host pages (considered, not built): eager CUDA ops outside
+  compiled code (cuBLAS, cuDNN, NCCL) would each need a device library that runs, and weights
+  moved to the GPU would occupy host memory. The fake mode keeps Dynamo's inputs identical, costs no device memory, and needs no
   library below torch to compute anything.
 - **GPU values read back are zeros** (reads.py): `.item()`, `float()`, `.cpu()`, `.tolist()`,
   `bool()`, copies into CPU tensors and value-dependent ops see a GPU whose memory holds zeros;
