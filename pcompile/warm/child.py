@@ -185,7 +185,7 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
     if spec.get("world_size"):
         from pcompile.warm import fakepg
 
-        fakepg.install(int(spec["world_size"]))
+        fakepg.install(int(spec["world_size"]), int(spec.get("rank", 0)))
     return mode
 
 

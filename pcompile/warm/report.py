@@ -68,6 +68,13 @@ def report_lines(result: Any, check: bool = False) -> list[str]:
                    "kernel was compiled here, so the GPU job only benchmarks them, then publishes the winners for the jobs after it")
     elif r.get("max_autotune"):
         out.append("not warmed: coordinate-descent tuning happens at the GPU job's first launches")
+    for rk in r.get("ranks") or []:
+        c = rk.get("counters") or {}
+        fx = c.get("inductor", {})
+        aot = c.get("aot_autograd", {})
+        out.append(f"rank {rk['rank']}: {rk.get('status') if not rk.get('exit_code') else 'FAILED: ' + str(rk.get('error'))}; "
+                   f"FX graph {fx.get('fxgraph_cache_hit', 0)} hit / {fx.get('fxgraph_cache_miss', 0)} compiled, "
+                   f"AOTAutograd {aot.get('autograd_cache_hit', 0)} hit / {aot.get('autograd_cache_miss', 0)} compiled")
     out.extend(_reads_and_writes(r))
     for line in result.version_warnings:
         out.append(f"warning: {line}")
