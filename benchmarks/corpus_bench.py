@@ -76,16 +76,16 @@ def _run(cmd: list[str], env: dict[str, str], cwd: Path, log: Path, timeout: flo
     return rc, time.perf_counter() - t0
 
 
-def job_cmd(case: dict[str, Any], ranks: int, out_json: Path, steps: int, args: list[str]) -> list[str]:
-    probe = [str(PROBE), "--out", str(out_json), "--steps", str(steps), "--", str(CORPUS / case["script"]), *args]
+def job_cmd(case: dict[str, Any], ranks: int, out_json: Path, steps: int, args: list[str], root: Path = CORPUS) -> list[str]:
+    probe = [str(PROBE), "--out", str(out_json), "--steps", str(steps), "--", str(root / case["script"]), *args]
     if case.get("world_size"):
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", *probe]
     return [sys.executable, *probe]
 
 
-def bench_case(case: dict[str, Any], work: Path, steps: int, small: bool, timeout: float) -> dict[str, Any]:
+def bench_case(case: dict[str, Any], work: Path, steps: int, small: bool, timeout: float, root: Path = CORPUS) -> dict[str, Any]:
     work.mkdir(parents=True, exist_ok=True)
-    cwd = CORPUS / case.get("cwd", ".")
+    cwd = root / case.get("cwd", ".")
     args = shlex.split(case["args_small" if small else "args_full"]) if isinstance(case.get("args_full"), str) else \
         list(case["args_small" if small else "args_full"])
     ranks = min(int(case.get("world_size") or 0), max(gpus(), 1)) if case.get("world_size") else 0
@@ -97,7 +97,7 @@ def bench_case(case: dict[str, Any], work: Path, steps: int, small: bool, timeou
             res["error"] = f"setup failed ({rc}), see {work / 'setup.log'}"
             return res
     pc = work / "pcompile-cache"
-    warm = [sys.executable, "-m", "pcompile.cli.main", "warm", str(CORPUS / case["script"]), "--target", "h100",
+    warm = [sys.executable, "-m", "pcompile.cli.main", "warm", str(root / case["script"]), "--target", "h100",
             "--cache-dir", str(pc), "--json"] + (["--world-size", str(ranks)] if ranks else []) + ["--", *args]
     with GpuWatch() as watch:
         rc, secs = _run(warm, dict(base, PCOMPILE_PROGRESS="0"), cwd, work / "warm.log", timeout)
@@ -111,7 +111,7 @@ def bench_case(case: dict[str, Any], work: Path, steps: int, small: bool, timeou
     runs["stock_hot"] = runs["stock_cold"]
     for name, env in runs.items():
         out = work / f"{name}.json"
-        rc, secs = _run(job_cmd(case, ranks, out, steps, args), env, cwd, work / f"{name}.log", timeout)
+        rc, secs = _run(job_cmd(case, ranks, out, steps, args, root), env, cwd, work / f"{name}.log", timeout)
         r = json.loads(out.read_text()) if out.exists() else {}
         res[name] = {"rc": rc, "first_step_s": r.get("first_step_s"), "fx": r.get("fx"), "aot": r.get("aot"),
                      "losses": r.get("losses"), "status": r.get("status")}
@@ -143,14 +143,16 @@ def main() -> int:
     ap.add_argument("--out", default="/tmp/corpus-bench")
     ap.add_argument("--small", action="store_true", help="the CI-size arguments (a quick check of the harness)")
     ap.add_argument("--timeout", type=float, default=400)
+    ap.add_argument("--cases-file", default=str(CORPUS / "cases.json"), help="cases.json; scripts and cwd are relative to its folder")
     a = ap.parse_args()
-    cases = json.loads((CORPUS / "cases.json").read_text())
+    cases_file = Path(a.cases_file).resolve()
+    cases = json.loads(cases_file.read_text())
     wanted = [c for c in a.cases.split(",") if c]
     cases = [c for c in cases if not wanted or c["name"] in wanted]
     print("| case | ranks | warm | FX hits | AOT hits | first step after warm (s) | stock hot (s) | stock cold (s) | / stock hot | / stock cold | max abs dloss |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for case in cases:
-        r = bench_case(case, Path(a.out) / case["name"], a.steps, a.small, a.timeout)
+        r = bench_case(case, Path(a.out) / case["name"], a.steps, a.small, a.timeout, cases_file.parent)
         Path(a.out, case["name"], "result.json").write_text(json.dumps(r))
         print(row(r), flush=True)
         print("json:", json.dumps(r, default=str), file=sys.stderr, flush=True)
