@@ -37,6 +37,12 @@ def main() -> int:
     t_start = time.perf_counter()
     import torch
 
+    autoloaded = bool(os.environ.get("PCOMPILE") == "1" and os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
+    if os.environ.get("PCOMPILE") == "1":
+        import pcompile
+
+        pcompile.install()  # what PCOMPILE=1's autoload does; explicit, so the benchmark never runs stock by accident
+
     marks: list[float] = []
     losses: list[float | None] = []
     original = torch.autograd.backward
@@ -70,7 +76,7 @@ def main() -> int:
 
     c = {k: dict(v) for k, v in counters.items() if k in ("inductor", "aot_autograd", "stats")}
     steps = [marks[0]] + [b - a_ for a_, b in zip(marks, marks[1:])] if marks else []
-    result = {"status": status, "wall_s": wall, "first_step_s": marks[0] if marks else wall,
+    result = {"status": status, "pcompile_autoloaded": autoloaded, "wall_s": wall, "first_step_s": marks[0] if marks else wall,
               "step_s": steps, "losses": losses, "counters": c,
               "fx": [c.get("inductor", {}).get("fxgraph_cache_hit", 0), c.get("inductor", {}).get("fxgraph_cache_hit", 0) + c.get("inductor", {}).get("fxgraph_cache_miss", 0)],
               "aot": [c.get("aot_autograd", {}).get("autograd_cache_hit", 0), c.get("aot_autograd", {}).get("autograd_cache_hit", 0) + c.get("aot_autograd", {}).get("autograd_cache_miss", 0)]}

@@ -196,6 +196,7 @@ def _protect_user_files(spec: dict[str, Any], mode: Any) -> Any:
 
     keep = [p for p in (os.environ.get("PCOMPILE_CACHE_DIR"), os.environ.get("PCOMPILE_SHARED_DIR"),
                         os.environ.get("TORCHINDUCTOR_CACHE_DIR"), os.environ.get("TRITON_CACHE_DIR")) if p]
+    keep.append(os.path.dirname(spec["report"]))  # the warm's own work dir
     user = [os.getcwd(), str(Path(spec["script"]).resolve().parent)]
     w = writes.Writes(Path(spec["run_dir"]), keep, user, lambda t: is_fake(t) and t.fake_mode is mode)
     writes.install(w)

@@ -36,9 +36,29 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 _PCOMPILE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
+_TEMPFILE = os.path.abspath(tempfile.__file__)
+_STDLIB = os.path.dirname(os.path.abspath(os.__file__)) + os.sep
+
+
 def _ours() -> bool:
-    """The write comes from pcompile itself (diagnostics it was asked for): never redirected."""
-    return sys._getframe(2).f_code.co_filename.startswith(_PCOMPILE)
+    """The write comes from pcompile itself (its reports, diagnostics it was asked for) or from
+    the tempfile module (a fresh private temp file or dir, which native code may then write
+    into): never redirected. Decided by the nearest caller outside the standard library, so a
+    pathlib or shutil call on pcompile's behalf counts as pcompile's."""
+    if getattr(_tls, "bypass", 0):
+        return True
+    frame = sys._getframe(2)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name == _TEMPFILE:
+            return True
+        if not name.startswith(_STDLIB) or "site-packages" in name:
+            return name.startswith(_PCOMPILE)
+        frame = frame.f_back
+    return False
+
+
+_tls = threading.local()
 
 
 class Writes:
@@ -49,6 +69,7 @@ class Writes:
         self.keep = [os.path.realpath(k) for k in keep + [str(run_dir), "/dev", "/proc", "/sys"]]
         self.temp = [os.path.realpath(k) for k in (tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm")]
         self.user = [os.path.realpath(u) for u in user]
+        self.made_temp: list[str] = []  # dirs tempfile.mkdtemp made: private scratch, never redirected
         self.is_virtual = is_virtual
         self.redirected: set[str] = set()
         self.skipped_saves: list[str] = []
@@ -58,7 +79,7 @@ class Writes:
     # ---------------------------------------------------------------- path mapping
     def _kept(self, real: str) -> bool:
         """pcompile's own dirs always; temp dirs unless the path is in the user's tree (cwd, script dir)."""
-        if _under(real, self.keep):
+        if _under(real, self.keep) or _under(real, self.made_temp):
             return True
         return _under(real, self.temp) and not _under(real, self.user)
 
@@ -150,17 +171,28 @@ def install(w: Writes) -> None:
         return o_open(w.target(file) if _write_mode(mode) else w.source(file), mode, *args, **kwargs)
 
     def osopen(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
-        if kwargs.get("dir_fd") is not None or (len(args) > 1 and args[1] is not None):
+        if kwargs.get("dir_fd") is not None or (len(args) > 1 and args[1] is not None) or _ours():
             return o_osopen(path, flags, *args, **kwargs)
         return o_osopen(w.target(path) if flags & _WRITE_FLAGS else w.source(path), flags, *args, **kwargs)
 
     def makedirs(name: Any, mode: int = 0o777, exist_ok: bool = False) -> None:
-        if _ours():
-            return o_makedirs(name, mode, exist_ok)
+        if _ours():  # and so are the mkdir calls it makes
+            _tls.bypass = getattr(_tls, "bypass", 0) + 1
+            try:
+                return o_makedirs(name, mode, exist_ok)
+            finally:
+                _tls.bypass -= 1
         return o_makedirs(w.target(name), mode, exist_ok)
 
     def mkdir(path: Any, mode: int = 0o777, *, dir_fd: Any = None) -> None:
-        return o_mkdir(path if dir_fd is not None else w.target(path), mode, dir_fd=dir_fd)
+        return o_mkdir(path if dir_fd is not None or _ours() else w.target(path), mode, dir_fd=dir_fd)
+
+    o_mkdtemp = tempfile.mkdtemp
+
+    def mkdtemp(*args: Any, **kwargs: Any) -> Any:
+        made = o_mkdtemp(*args, **kwargs)
+        w.made_temp.append(os.path.realpath(os.fsdecode(made)))
+        return made
 
     def moved(original: Callable[..., Any]) -> Callable[..., Any]:
         def move(src: Any, dst: Any, *args: Any, **kwargs: Any) -> Any:
@@ -191,6 +223,7 @@ def install(w: Writes) -> None:
     builtins.open = io.open = open_  # type: ignore[assignment]
     os.open = osopen  # type: ignore[assignment]
     os.makedirs, os.mkdir = makedirs, mkdir  # type: ignore[assignment]
+    tempfile.mkdtemp = mkdtemp  # type: ignore[assignment]
     os.rename, os.replace = moved(o_rename), moved(o_replace)  # type: ignore[assignment]
     os.remove, os.unlink = deleted(o_remove, "os.remove"), deleted(o_unlink, "os.unlink")  # type: ignore[assignment]
     shutil.rmtree = deleted(o_rmtree, "shutil.rmtree")  # type: ignore[assignment]
