@@ -83,7 +83,8 @@ def job_cmd(case: dict[str, Any], ranks: int, out_json: Path, steps: int, args: 
     return [sys.executable, *probe]
 
 
-def bench_case(case: dict[str, Any], work: Path, steps: int, small: bool, timeout: float, root: Path = CORPUS) -> dict[str, Any]:
+def bench_case(case: dict[str, Any], work: Path, steps: int, small: bool, timeout: float, root: Path = CORPUS,
+               cold: bool = False) -> dict[str, Any]:
     work.mkdir(parents=True, exist_ok=True)
     cwd = root / case.get("cwd", ".")
     args = shlex.split(case["args_small" if small else "args_full"]) if isinstance(case.get("args_full"), str) else \
@@ -109,6 +110,8 @@ def bench_case(case: dict[str, Any], work: Path, steps: int, small: bool, timeou
             "stock_cold": dict(base, PCOMPILE_DISABLE="1", TORCHINDUCTOR_CACHE_DIR=str(work / "stock"),
                                TRITON_CACHE_DIR=str(work / "stock" / "triton"))}
     runs["stock_hot"] = runs["stock_cold"]
+    if cold:  # pcompile with an empty cache (no warm), against stock cold
+        runs["pcompile_cold"] = dict(base, PCOMPILE="1", PCOMPILE_CACHE_DIR=str(work / "pcompile-cold"))
     for name, env in runs.items():
         out = work / f"{name}.json"
         rc, secs = _run(job_cmd(case, ranks, out, steps, args, root), env, cwd, work / f"{name}.log", timeout)
@@ -119,6 +122,8 @@ def bench_case(case: dict[str, Any], work: Path, steps: int, small: bool, timeou
     if pcj.get("first_step_s") and hot.get("first_step_s") and cold.get("first_step_s"):
         res["after_warm_over_stock_hot"] = round(pcj["first_step_s"] / hot["first_step_s"], 3)
         res["after_warm_over_stock_cold"] = round(pcj["first_step_s"] / cold["first_step_s"], 3)
+    if res.get("pcompile_cold", {}).get("first_step_s") and cold.get("first_step_s"):
+        res["pcompile_cold_over_stock_cold"] = round(res["pcompile_cold"]["first_step_s"] / cold["first_step_s"], 3)
     la, lb = pcj.get("losses") or [], hot.get("losses") or []
     pairs = [(x, y) for x, y in zip(la, lb) if x is not None and y is not None]
     res["max_abs_dloss"] = round(max((abs(x - y) for x, y in pairs), default=float("nan")), 5) if pairs else None
@@ -133,7 +138,8 @@ def row(r: dict[str, Any]) -> str:
     return (f"| {r['case']} | {r.get('ranks')} | {warm}, {r.get('warm_s')} s, GPU {gpu} | {fx[0]}/{fx[1]} | {aot[0]}/{aot[1]} | "
             f"{p.get('first_step_s') and round(p['first_step_s'], 2)} | {(r.get('stock_hot') or {}).get('first_step_s') and round(r['stock_hot']['first_step_s'], 2)} | "
             f"{(r.get('stock_cold') or {}).get('first_step_s') and round(r['stock_cold']['first_step_s'], 2)} | "
-            f"{r.get('after_warm_over_stock_hot')} | {r.get('after_warm_over_stock_cold')} | {r.get('max_abs_dloss')} |")
+            f"{r.get('after_warm_over_stock_hot')} | {r.get('after_warm_over_stock_cold')} | {r.get('max_abs_dloss')} | "
+            f"{r.get('pcompile_cold_over_stock_cold', '')} |")
 
 
 def main() -> int:
@@ -143,16 +149,17 @@ def main() -> int:
     ap.add_argument("--out", default="/tmp/corpus-bench")
     ap.add_argument("--small", action="store_true", help="the CI-size arguments (a quick check of the harness)")
     ap.add_argument("--timeout", type=float, default=400)
+    ap.add_argument("--cold", action="store_true", help="also run pcompile with an empty cache (cold) against stock cold")
     ap.add_argument("--cases-file", default=str(CORPUS / "cases.json"), help="cases.json; scripts and cwd are relative to its folder")
     a = ap.parse_args()
     cases_file = Path(a.cases_file).resolve()
     cases = json.loads(cases_file.read_text())
     wanted = [c for c in a.cases.split(",") if c]
     cases = [c for c in cases if not wanted or c["name"] in wanted]
-    print("| case | ranks | warm | FX hits | AOT hits | first step after warm (s) | stock hot (s) | stock cold (s) | / stock hot | / stock cold | max abs dloss |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| case | ranks | warm | FX hits | AOT hits | first step after warm (s) | stock hot (s) | stock cold (s) | / stock hot | / stock cold | max abs dloss | pcompile cold / stock cold |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for case in cases:
-        r = bench_case(case, Path(a.out) / case["name"], a.steps, a.small, a.timeout, cases_file.parent)
+        r = bench_case(case, Path(a.out) / case["name"], a.steps, a.small, a.timeout, cases_file.parent, a.cold)
         Path(a.out, case["name"], "result.json").write_text(json.dumps(r))
         print(row(r), flush=True)
         print("json:", json.dumps(r, default=str), file=sys.stderr, flush=True)
