@@ -17,10 +17,20 @@ from pcompile.vdev.profile import DeviceProfile
 ENV_PROFILE = "PCOMPILE_VDEV_PROFILE"
 ENV_STRICT = "PCOMPILE_VDEV_STRICT"
 ENV_STATS = "PCOMPILE_VDEV_STATS"
+ENV_DEVICES = "PCOMPILE_VDEV_DEVICES"
+#: vcuda.c's MAX_DEVICES
+MAX_DEVICES = 64
 
 
-def child_env(lib: Path, profile: DeviceProfile, workdir: Path, strict: bool, base: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for a child that should see exactly one virtual `profile` GPU and no real one."""
+def child_env(lib: Path, profile: DeviceProfile, workdir: Path, strict: bool, base: dict[str, str] | None = None,
+              devices: int = 1) -> dict[str, str]:
+    """Environment for a child that should see `devices` virtual `profile` GPUs and no real one.
+
+    Several devices are for scripts that pick `cuda:LOCAL_RANK` (one process per GPU of a node):
+    every device has the same profile, as the GPUs of one node do.
+    """
+    if not 1 <= devices <= MAX_DEVICES:
+        raise ValueError(f"the virtual device exposes 1 to {MAX_DEVICES} devices, not {devices}")
     env = dict(os.environ if base is None else base)
     flat = profile.write_flat(workdir / "vdev-profile.txt")
     preload = [str(lib)] + [p for p in env.get("LD_PRELOAD", "").split(":") if p and not p.endswith("/" + LIB_NAME)]
@@ -28,6 +38,7 @@ def child_env(lib: Path, profile: DeviceProfile, workdir: Path, strict: bool, ba
     env[ENV_PROFILE] = str(flat)
     env[ENV_STATS] = str(workdir / "vdev-stats.jsonl")
     env[ENV_STRICT] = "1" if strict else "0"
+    env[ENV_DEVICES] = str(devices)
     # Triton links its driver helpers against "the" libcuda.so.1: make it ours, by directory.
     env["TRITON_LIBCUDA_PATH"] = str(lib.parent)
     # Never let torch count GPUs through NVML (that would open the real driver).

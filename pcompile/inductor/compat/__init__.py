@@ -21,6 +21,7 @@ MODULES: tuple[str, ...] = (
     "cache_dir",
     "autotune_choice",
     "backward_graph",
+    "device_index",
 )
 
 
