@@ -125,6 +125,9 @@ def test_rank1_hits_rank0_entries_and_runs_on_its_own_gpu(lib: Path, tmp_path: P
     # the loaded wrappers name cuda:1 only, and their kernels really launched there
     assert r1["wrappers"] and all(found == [1] for found in r1["wrappers"].values()), r1["wrappers"]
     assert r1["launches"] > 0
+    # the entry's bundled kernels were re-filed for cuda:1: no recompile, rank 0's autotune winners
+    assert r1["counters"]["inductor"].get("triton_bundler_load_static_autotuner") == 4
+    assert not any(k.startswith("benchmarking") for k in r1["counters"]["inductor"]), r1["counters"]
     # `pcompile explain` on the two ranks' autograd keys
     a0 = next(k for kind, k in r0["keys"] if kind == "autograd")
     a1 = next(k for kind, k in r1["keys"] if kind == "autograd")
@@ -132,6 +135,22 @@ def test_rank1_hits_rank0_entries_and_runs_on_its_own_gpu(lib: Path, tmp_path: P
                          env=t.clean_env(), capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "identical" in out.stdout
+
+
+def test_kernel_entries_from_the_pool_serve_another_gpu(lib: Path, tmp_path: Path) -> None:
+    """Kernels through pcompile's pool and store (no launch-ready kernels bundled in the FX
+    entry): rank 1's kernels, named for cuda:1, hit rank 0's entries and are bound to cuda:1
+    (the virtual device refuses a launch of a kernel loaded on cuda:0 while cuda:1 is current)."""
+    cache = tmp_path / "cache"
+    pool = {"PCOMPILE_POOL": "local", "TORCHINDUCTOR_COMPILE_THREADS": "2", "TORCHINDUCTOR_USE_STATIC_CUDA_LAUNCHER": "0"}
+    run_rank(lib, tmp_path, 0, cache, **pool)
+    before = t.stats(cache)
+    r1 = run_rank(lib, tmp_path, 1, cache, **pool)
+    delta = t.layer_delta(before, t.stats(cache))
+    assert delta["kernel"]["hits"] >= 4 and delta["kernel"]["misses"] == 0, delta
+    assert delta["graph"] == {"hits": 2, "misses": 0} and delta["autograd"] == {"hits": 1, "misses": 0}
+    assert r1["device_index"]["kernel_rebound"] == delta["kernel"]["hits"]
+    assert r1["out_device"] == "cuda:1" and r1["launches"] > 0
 
 
 def test_without_normalisation_rank1_compiles_again(lib: Path, tmp_path: Path) -> None:

@@ -31,7 +31,9 @@ Loads
       An OSError raised here is torch's own "treat as a miss and recompile" (both versions).
   CachingAutotuner fields (runtime/triton_heuristics.py): device_props (a DeviceProperties
       NamedTuple), triton_meta["device"], compile_results[*].compile_meta["device"]: the index
-      the launchers load cubins on (_make_launchers' DeviceGuard), for pool results.
+      the launchers load cubins on (_make_launchers' DeviceGuard), for pool results and for the
+      entry's bundled kernels, which TritonBundler files in async_compile.CompiledTritonKernels
+      (`_cache`, `key(source)`) as StaticAutotunerFuture(`static_autotuner`) before the load.
 
 Generated code: the python wrapper names the device through the patterns in `INDEX_PATTERNS`
 (codegen/wrapper.py, codegen/cuda/device_op_overrides.py, runtime/hints.py's DeviceProperties
@@ -391,6 +393,7 @@ def rebind_graph(graph: Any, target: int, policy: Policy) -> None:
     from torch._inductor.codecache import PyCodeCache
 
     rebound = rebind_text(source, home, target)
+    _rekey_bundled_kernels(source, home, target)
     graph.source_code = rebound
     graph.cache_key = PyCodeCache.write(rebound)[0]  # a module file of its own, never the home device's
     graph.device_idxs = type(graph.device_idxs)([target])
@@ -398,6 +401,29 @@ def rebind_graph(graph: Any, target: int, policy: Policy) -> None:
     if constants:
         graph.constants = {name: _to_device(t, home, target) for name, t in constants.items()}
     policy.note("rebound")
+
+
+#: One kernel in a python wrapper: async_compile.triton('name', '''<source>''', device_str='cuda').
+_KERNEL_CALL = re.compile(r"async_compile\.triton\('[^']*', '''(.*?)''', device_str='cuda'\)", re.DOTALL)
+
+
+def _rekey_bundled_kernels(source: str, home: int, target: int) -> None:
+    """The entry's bundled, ready-to-launch kernels (TritonBundler files them in
+    async_compile.CompiledTritonKernels under their cuda:`home` source, just before this load)
+    are filed under the rebound source and bound to cuda:`target`, so the rebound wrapper finds
+    them as the home device's would: no recompile, and the stored autotune winner rechecked."""
+    from torch._inductor.async_compile import CompiledTritonKernels
+
+    cache = CompiledTritonKernels._cache
+    for kernel_source in _KERNEL_CALL.findall(source):
+        old_key = CompiledTritonKernels.key(kernel_source)
+        future = cache.get(old_key)
+        autotuner = getattr(future, "static_autotuner", None)
+        if autotuner is None:
+            continue
+        rebind_autotuner(autotuner, target)
+        cache[CompiledTritonKernels.key(rebind_text(kernel_source, home, target))] = future
+        del cache[old_key]
 
 
 def _to_device(value: Any, home: int, target: int) -> Any:
