@@ -63,7 +63,7 @@ def test_cold_warm_writes_forward_backward_and_sm90_cubins(cold):
     metas = [json.loads(p.read_text()) for p in (cache / "inductor" / "triton").rglob("*.json") if not p.name.startswith("__grp__")]
     targets = {tuple(sorted(m["target"].items())) for m in metas if isinstance(m, dict) and "target" in m}
     assert targets == {(("arch", 90), ("backend", "cuda"), ("warp_size", 32))}
-    assert "loss nan" in log  # the script's loss.item() logging kept working on fakes
+    assert "loss 0.0000" in log  # the script's loss.item() logging reads the placeholder zero
     assert rep["vdev"]["launch"] >= 1 and rep["vdev"]["cuModuleLoadData"] >= 1
 
 
@@ -83,22 +83,34 @@ def test_second_warm_from_another_directory_hits_everything(cold, tmp_path):
     assert [p for p in after if p.parts[0] in ("fxgraph", "aotautograd")] == [p for p in before if p.parts[0] in ("fxgraph", "aotautograd")]
 
 
-def test_item_used_to_branch_gets_a_clear_message(tmp_path):
-    script = tmp_path / "branchy.py"
-    script.write_text(textwrap.dedent("""\
-        import torch
-        m = torch.nn.Linear(8, 1).cuda()
-        x = torch.randn(4, 8, device="cuda")
-        loss = m(x).sum()
-        print(f"loss {loss.item():.3f}")
-        if loss.item() > 0:
-            print("positive")
-        """))
-    rc, res, log = warm(script, tmp_path / "cache", env=STOCK)
-    assert rc != 0
-    err = res["report"]["error"]
-    assert f"{script}:6:" in err and "if loss.item() > 0:" in err and "pcompile.warming()" in err
-    assert "loss nan" in log
+def test_real_script_patterns_run_unchanged_and_user_files_are_safe(tmp_path):
+    """CPU code runs for real (memmap loader, CPU schedule, eval bookkeeping), GPU reads are
+    zeros and counted by line, the checkpoint of virtual weights is skipped, and the log the
+    script appends to goes to the warm's run dir, not into the user's tree."""
+    job = tmp_path / "job"
+    job.mkdir()
+    script = job / "train.py"
+    shutil.copy(ROOT / "tests" / "data" / "warm_scripts" / "memmap_gpt.py", script)
+    (job / "out").mkdir()
+    (job / "out" / "log.txt").write_text("the user's real log\n")
+    cache = tmp_path / "cache"
+    rc, res, log = warm(script, cache, "--steps", "3", cwd=job)
+    assert rc == 0, log[-4000:]
+    rep = res["report"]
+    assert rep["status"] == "stopped" and rep["steps_done"] == 3
+    assert "tied: True" in log and "iter 0: val 0.0000" in log and "iter 2 loss 0.0000" in log
+    lines = {(r["line"], r["source"]) for r in rep["reads"]["lines"]}
+    assert any("losses[k] = loss.item()" in src for _, src in lines), rep["reads"]
+    assert rep["writes"]["n_skipped_saves"] == 1 and "torch.save" in rep["writes"]["skipped_saves"][0]
+    assert not (job / "out" / "ckpt.pt").exists()
+    assert (job / "out" / "log.txt").read_text() == "the user's real log\n"
+    mirrored = Path(rep["writes"]["dir"] + str(job / "out" / "log.txt"))
+    assert mirrored.read_text().count("0.0000") == 3
+    assert any("GPU values read back" in ln for ln in res["lines"]) and any("not to your files" in ln for ln in res["lines"])
+    # a second warm hits every graph the first one compiled
+    rc, res2, log = warm(script, cache, "--steps", "3", cwd=job)
+    c = res2["report"]["counters"]
+    assert rc == 0 and c["inductor"].get("fxgraph_cache_miss", 0) == 0 and c["aot_autograd"].get("autograd_cache_miss", 0) == 0
 
 
 def test_strict_mode_catches_a_planted_device_computation(tmp_path):

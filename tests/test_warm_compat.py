@@ -1,12 +1,15 @@
 """The warm path's private-torch touches still resolve, and its pure-Python pieces behave."""
 from __future__ import annotations
 
+import runpy
+
+import numpy as np
 import pytest
 import torch
 
 from pcompile.inductor.graph_normalize import normalize_placeholder_types
 from pcompile.warm import compat
-from pcompile.warm.scalars import WarmScalar, WarmValueError
+from pcompile.warm import reads
 
 
 def test_private_apis_present_in_this_torch():
@@ -17,7 +20,7 @@ def test_private_apis_present_in_this_torch():
 def test_fake_tensor_read_methods_exist():
     from torch._subclasses.fake_tensor import FakeTensor
 
-    for name in ("item", "tolist", "__bool__", "__float__", "__int__", "__index__", "numpy"):
+    for name in ("item", "tolist", "__bool__", "__float__", "__int__", "__index__", "__complex__", "numpy"):
         assert callable(getattr(FakeTensor, name))
 
 
@@ -53,14 +56,61 @@ def test_normalize_placeholder_types_matches_real_annotations():
     assert "FakeTensor" not in seen["code"]
 
 
-def test_warm_scalar_logs_but_refuses_decisions():
-    x = WarmScalar()
-    assert f"{x:.4f}" == "nan" and str(x) == "nan"
-    total = 0.0
-    total += x
-    assert isinstance(total, WarmScalar)
-    with pytest.raises(WarmValueError, match="pcompile.warming"):
-        bool(x > 1.0)
-    with pytest.raises(WarmValueError):
-        if x:
-            pass
+@pytest.fixture
+def scoped():
+    """The warm's device-scoped fake mode, with value reads routed as in the warm child."""
+    seen: list[str] = []
+    mode = compat.new_fake_mode(seen.append)
+    compat.fake_scalar_reads(lambda t: getattr(t, "fake_mode", None) is mode, lambda t, how: (seen.append(how), reads.read_fake(t, how))[1])
+    return mode, seen
+
+
+def test_host_ops_run_for_real_and_cuda_ops_are_virtual(scoped):
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    mode, seen = scoped
+    data = np.arange(100, dtype=np.uint16)
+    with mode:
+        ix = torch.randint(90, (4,))                       # a real CPU index ...
+        x = torch.stack([torch.from_numpy(data[i:i + 8].astype(np.int64)) for i in ix])  # ... into a memmap-like array
+        assert not isinstance(x, FakeTensor) and x[0, 1] - x[0, 0] == 1  # real values
+        sched = [v.item() for v in torch.linspace(0, 0.1, 3)]   # CPU values read for real
+        assert sched == pytest.approx([0.0, 0.05, 0.1])
+        xc = x.to("cuda")
+        assert isinstance(xc, FakeTensor) and xc.device.type == "cuda"
+        y = (xc.float() * 3).sum()
+        assert isinstance(y, FakeTensor)
+    assert seen == []  # no GPU value was read so far
+
+
+def test_gpu_values_read_back_as_zeros_and_are_counted(scoped):
+    mode, seen = scoped
+    with mode:
+        loss = torch.randn(4, 4, device="cuda").sum()
+        assert loss.item() == 0.0 and float(loss) == 0.0 and f"{loss:.4f}" == "0.0000"
+        assert not bool(loss > 1.0)
+        losses = torch.zeros(3)
+        losses[1] = loss                                    # a copy into a real CPU tensor
+        assert losses.tolist() == [0.0, 0.0, 0.0]
+        h = torch.full((2, 3), 7, device="cuda").cpu()     # device to host: real zeros, right shape/dtype
+        assert h.device.type == "cpu" and h.dtype == torch.int64 and h.shape == (2, 3) and int(h.sum()) == 0
+        nz = torch.ones(5, device="cuda").nonzero()         # value-dependent shape: empty, as zeros would give
+        assert nz.device.type == "cuda" and tuple(nz.shape) == (0, 1)
+        assert torch.ones(2, 2, device="cuda").tolist() == [[0.0, 0.0], [0.0, 0.0]]
+        with pytest.raises(TypeError, match="numpy"):
+            torch.ones(2, device="cuda").numpy()
+        with pytest.raises(RuntimeError, match="ambiguous"):
+            bool(torch.ones(2, device="cuda"))
+    assert seen.count("item") >= 1 and ".cpu()" in seen and "copy to a CPU tensor" in seen
+
+
+def test_read_sites_name_the_script_line(tmp_path):
+    script = tmp_path / "s.py"
+    script.write_text("import pcompile.warm.reads as r\nfor _ in range(3):\n    r.record('item')\n")
+    reads.set_script(str(script))
+    try:
+        runpy.run_path(str(script))
+        rows = [ln for ln in reads.summary()["lines"] if ln["file"] == str(script)]
+        assert rows and rows[0]["line"] == 3 and rows[0]["count"] == 3 and rows[0]["how"] == ["item"]
+    finally:
+        reads.set_script("")

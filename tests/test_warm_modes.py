@@ -29,3 +29,30 @@ def test_reduce_overhead_graphs_warm_without_capture(tmp_path):
     rep = res["report"]
     assert rep["steps_done"] == 2 and rep["counters"]["inductor"]["fxgraph_cache_miss"] == 2
     assert res["written"]["aotautograd"] == 1 and rep["cudagraphs_skipped"] >= 2
+
+
+@pytest.mark.parametrize("mode", ["max-autotune-no-cudagraphs", "max-autotune"])
+def test_max_autotune_compiles_candidates_and_leaves_the_choice_to_the_gpu(tmp_path, mode):
+    """Template candidates (mm) are compiled on the warm host; the graphs whose compile needed
+    GPU timings are not published, so the GPU job benchmarks them itself; a default-mode graph
+    in the same script is published as usual."""
+    script = tmp_path / "serve.py"
+    script.write_text(textwrap.dedent(f"""\
+        import torch, torch.nn as nn
+        m = nn.Sequential(nn.Linear(256, 512), nn.GELU(), nn.Linear(512, 256)).cuda().eval()
+        f = torch.compile(m, mode="{mode}")
+        g = torch.compile(lambda x: (x.sin() * 2).sum(-1))
+        with torch.no_grad():
+            for i in range(3):
+                y = f(torch.randn(64, 256, device="cuda"))
+                print("step", i, float(g(y).sum()))
+        """))
+    rc, res, log = warm(script, tmp_path / "cache", env=STOCK)
+    assert rc == 0, log[-3000:]
+    rep = res["report"]
+    assert rep["counters"]["inductor"].get("select_algorithm_autotune", 0) >= 1
+    assert rep["left_for_gpu_tuning"].get("fx_graph", 0) >= 1 and sum(rep["gpu_timings_faked"].values()) >= 1
+    # every graph was compiled, only the default-mode one was written
+    assert rep["counters"]["inductor"]["fxgraph_cache_miss"] == 2 and res["written"]["fxgraph"] == 1
+    assert res["written"]["triton"] > 4, "the mm template candidates were not compiled"
+    assert any("left for the GPU job to tune" in ln for ln in res["lines"])

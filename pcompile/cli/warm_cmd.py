@@ -11,7 +11,8 @@ from pcompile.cli.common import add_common
 def _add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default=None, help="device profile: built-in name (h100, sm_90) or a file from `pcompile profile`")
     p.add_argument("--steps", type=int, default=2, help="training steps to run (default 2: step 2 catches recompiles)")
-    p.add_argument("--world-size", type=int, default=0, help="run as rank 0 of W with a fake process group (torchrun-style scripts, DDP included)")
+    p.add_argument("--world-size", type=int, default=0, help="run as rank 0 of W with a fake process group and W virtual GPUs (torchrun-style scripts: DDP, FSDP2)")
+    p.add_argument("--ranks", default="0", help="with --world-size: which ranks to run, 'all' or e.g. 0,3 (for jobs whose ranks run different programs)")
     p.add_argument("--check", action="store_true", help="also report what fraction of lookups hit before this run")
     p.add_argument("--strict", action="store_true", help="fail if a native kernel launches while Inductor compiles")
     p.add_argument("--timeout", type=float, default=None, help="give up after this many seconds")
@@ -21,7 +22,7 @@ def _add_options(p: argparse.ArgumentParser) -> None:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "warm", help="fill the caches for a training script on a CPU-only host (virtual GPU)",
-        usage="pcompile warm SCRIPT [--target PROFILE] [--steps N] [--world-size W] [--check] [-- SCRIPT ARGS]",
+        usage="pcompile warm SCRIPT [--target PROFILE] [--steps N] [--world-size W [--ranks all]] [--check] [-- SCRIPT ARGS]",
         description="Run an unchanged training script on fake tensors under a compile-only virtual GPU, so its "
                     "FX graph, AOTAutograd and Triton cache entries exist before the GPU job starts.")
     _add_options(p)
@@ -60,11 +61,12 @@ def run(args: argparse.Namespace) -> int:
     script, script_args = split_rest(args)
     result = run_warm(WarmOptions(
         script=script, script_args=script_args, target=args.target, steps=args.steps,
-        world_size=args.world_size, strict=args.strict, check=args.check, cache_dir=args.cache_dir,
+        world_size=args.world_size, ranks=args.ranks, strict=args.strict, check=args.check, cache_dir=args.cache_dir,
         shared_dir=args.shared_dir, timeout=args.timeout))
     if args.json:
         json.dump({"exit_code": result.exit_code, "seconds": result.seconds, "written": result.written,
-                   "report": result.report, "profile": result.profile.board}, sys.stdout, default=str)
+                   "report": result.report, "profile": result.profile.board, "lines": lines(result, check=args.check)},
+                  sys.stdout, default=str)
         sys.stdout.write("\n")
     else:
         for line in lines(result, check=args.check):

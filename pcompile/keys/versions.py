@@ -46,7 +46,9 @@ def cudnn_version() -> str:
 
         if not torch.version.cuda:
             return "none"
-        return str(torch.backends.cudnn.version())
+        from pcompile.inductor.compat.cudnn_version import version
+
+        return str(version())
     except Exception as exc:
         return f"unknown:{type(exc).__name__}"
 

@@ -1,4 +1,4 @@
-"""Build vcuda.c into libcuda.so.1 once per source hash, in a per-user directory.
+"""Build vcuda.c into libcuda.so.1 (and vnvml.c into libnvidia-ml.so.1) once per source hash.
 
 The library is built at the user's site (no wheel carries a binary) with whatever C compiler is
 there; no CUDA headers are needed. Publishing is atomic (temp dir + rename), so concurrent warm
@@ -18,6 +18,8 @@ from pcompile.errors import PcompileError
 
 SOURCE = Path(__file__).with_name("vcuda.c")
 LIB_NAME = "libcuda.so.1"
+NVML_SOURCE = Path(__file__).with_name("vnvml.c")
+NVML_NAME = "libnvidia-ml.so.1"
 ENV_BUILD_DIR = "PCOMPILE_VDEV_DIR"
 
 
@@ -47,7 +49,7 @@ def _compiler_id(cc: str) -> str:
 
 def source_key(cc: str | None = None) -> str:
     """Hash of everything that changes the built bytes: source, compiler, machine."""
-    h = hashlib.sha256(SOURCE.read_bytes())
+    h = hashlib.sha256(SOURCE.read_bytes() + NVML_SOURCE.read_bytes())
     h.update(_compiler_id(cc or find_compiler()).encode())
     h.update(platform.machine().encode())
     return h.hexdigest()[:20]
@@ -58,17 +60,18 @@ def library(force: bool = False) -> Path:
     cc = find_compiler()
     final_dir = build_root() / source_key(cc)
     lib = final_dir / LIB_NAME
-    if lib.exists() and not force:
+    if lib.exists() and (final_dir / NVML_NAME).exists() and not force:
         return lib
     final_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=final_dir.parent))
     try:
-        cmd = [*cc.split(), "-O2", "-shared", "-fPIC", "-Wl,-soname," + LIB_NAME, "-o", str(tmp / LIB_NAME),
-               str(SOURCE), "-ldl", "-lpthread"]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            first = (proc.stderr.strip().splitlines() or ["(no output)"])[0]
-            raise PcompileError(f"building pcompile's virtual CUDA device failed ({cc}): {first}")
+        for name, source in ((LIB_NAME, SOURCE), (NVML_NAME, NVML_SOURCE)):
+            cmd = [*cc.split(), "-O2", "-shared", "-fPIC", "-Wl,-soname," + name, "-o", str(tmp / name),
+                   str(source), "-ldl", "-lpthread"]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                first = (proc.stderr.strip().splitlines() or ["(no output)"])[0]
+                raise PcompileError(f"building pcompile's virtual CUDA device failed ({cc}): {first}")
         if force and final_dir.exists():
             shutil.rmtree(final_dir, ignore_errors=True)
         try:

@@ -1,9 +1,34 @@
-"""`pcompile warm`: fill the graph caches for a training script on a host with no GPU.
+"""`pcompile warm`: fill the graph caches for an unchanged training script on a host with no GPU.
 
-Flow: runner.py (the CLI process) builds the virtual device (pcompile/vdev), resolves the
-target's device profile, and starts child.py with the device preloaded. The child runs the
-unchanged script on fake tensors (compat.py holds every private-torch adjustment this needs),
-stops after N steps (stop.py), and reports; report.py turns that into the end-of-warm lines.
+Flow: runner.py (the CLI process, which never imports torch) builds the virtual device
+(pcompile/vdev: a compile-only libcuda.so.1 and a libnvidia-ml.so.1, preloaded into the child
+only), resolves the target's device profile, and starts child.py. The child runs the script as
+`__main__`, stops after N steps (stop.py), and reports; report.py turns that into the summary.
+
+How the script runs -- the mechanism, and why this one:
+- **CPU code runs for real; only CUDA tensors are virtual.** The script runs under one
+  *device-scoped fake mode* (compat.new_fake_mode): an op that touches CUDA (a CUDA tensor or
+  `device="cuda"`) runs on fake tensors, which carry shape, dtype, strides and device but no
+  memory; every other op runs for real. So numpy/memmap loaders, DataLoader workers and
+  pin_memory, tokenizers, model construction and weight init on CPU (any library), and the
+  script's CPU bookkeeping behave exactly as on a GPU host, and Dynamo sees the same tensors
+  (CUDA, same metadata) as the GPU job, so its graphs and keys are the GPU job's.
+- Alternatives: (a) every tensor fake (the previous design) failed on public scripts, measured:
+  CPU indexing of a memmap, CPU schedules read with `.item()`, eval bookkeeping; (b) no fakes,
+  virtual-device memory backed by host pages (considered, not built): eager CUDA ops outside
+  compiled code (cuBLAS, cuDNN, NCCL) would each need a device library that runs, and weights
+  moved to the GPU would occupy host memory. The fake mode keeps Dynamo's inputs identical, costs no device memory, and needs no
+  library below torch to compute anything.
+- **GPU values read back are zeros** (reads.py): `.item()`, `float()`, `.cpu()`, `.tolist()`,
+  `bool()`, copies into CPU tensors and value-dependent ops see a GPU whose memory holds zeros;
+  each read is counted and its script line listed in the summary.
+- **The user's files are safe** (writes.py): saves of virtual tensors are skipped, and the
+  script's other file writes go to `<cache dir>/warm-runs/<time>-<script>/files/<path>`.
+- **The host's GPUs never matter**: the child sees the virtual device(s) through CUDA, NVML and
+  CUDA_VISIBLE_DEVICES alike, and no warm process initialises the host's driver.
+- **Compile modes**: GPU timings (max-autotune choices, fusion benchmarks) are not faked into the
+  caches: every candidate kernel is compiled, and the graphs that needed a timing are left for
+  the GPU job to tune and publish (compat.fake_gpu_timings, keep_tuned_graphs_unpublished).
 
 Contract with the GPU job, for its lookups to hit what the warm wrote:
 - the same torch, triton and cuDNN, and the board of the profile (`pcompile profile` on it);

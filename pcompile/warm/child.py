@@ -85,36 +85,26 @@ def _install_pcompile_backend() -> str:
 
 def _explain(exc: BaseException) -> str | None:
     """A one-line explanation for errors that come from running on fake tensors."""
-    from pcompile.warm.scalars import WarmValueError, decision_error
-
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
-        if isinstance(cur, WarmValueError):
-            return str(cur)
         if STRICT_MARKER in str(cur):
             site = _user_line_from_tb(exc)
             return ("strict mode: a native CUDA kernel was launched while Inductor was compiling"
                     + (f" (from {site})" if site else "")
                     + "; on the virtual device it computes nothing, so a value read from it would be garbage. "
                       "Find the pass or op that evaluates on the device (PCOMPILE_VDEV_TRACE=1 helps), or drop --strict to only count it")
-        name = type(cur).__name__
-        if name in ("DataDependentOutputException", "DynamicOutputShapeException"):
-            # find the user's line in the traceback
-            site = _user_line_from_tb(exc)
-            err = decision_error(f"an op whose output depends on tensor values ({name})")
-            return f"{site}: {str(err).split(': ', 1)[-1]}" if site else str(err)
         cur = cur.__cause__ or cur.__context__
     return None
 
 
 def _user_line_from_tb(exc: BaseException) -> str | None:
-    from pcompile.warm import scalars
+    from pcompile.warm import reads
 
     tb = traceback.extract_tb(exc.__traceback__)
     for fs in reversed(tb):
-        if scalars._SCRIPT and os.path.realpath(fs.filename) == scalars._SCRIPT:
+        if reads._SCRIPT and os.path.realpath(fs.filename) == reads._SCRIPT:
             return f"{fs.filename}:{fs.lineno}: `{(fs.line or '').strip()}`"
     return None
 
@@ -143,7 +133,7 @@ def _predict_winner(autotuner: Any, report: dict[str, Any]) -> bool:
 def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict) -> Any:
     """Install every compat adjustment; returns the FakeTensorMode the script runs under."""
     from pcompile.inductor.graph_normalize import normalize_placeholder_types
-    from pcompile.warm import compat, scalars
+    from pcompile.warm import compat, reads
 
     unselected: dict[str, int] = report["autotune_unselected"]
     report["pad_mm_guessed"] = 0
@@ -162,6 +152,7 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
         report["pad_mm_guessed"] += 1
 
     compat.allow_fake_param_moves()
+    compat.keep_parameters_when_moved()
     compat.route_wrapper_allocations()
     compat.skip_kernel_launches(on_unselected)
     compat.fold_constants_on_cpu()
@@ -174,17 +165,42 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
 
     compat.no_cuda_graph_capture(on_cudagraph_skip)
     compat.no_gpu_timing_in_pad_mm(on_pad_guess, strict.suspended)
+    report["gpu_timings_faked"] = {}
+    report["left_for_gpu_tuning"] = {}
+
+    def on_fake(what: str) -> None:
+        report["gpu_timings_faked"][what] = report["gpu_timings_faked"].get(what, 0) + 1
+
+    def on_unpublished(layer: str) -> None:
+        report["left_for_gpu_tuning"][layer] = report["left_for_gpu_tuning"].get(layer, 0) + 1
+
+    compat.fake_gpu_timings(on_fake)
+    compat.keep_tuned_graphs_unpublished(on_unpublished)
     compat.during_inductor_compile(strict.enter, strict.leave)
     compat.normalize_graphs_before_inductor(normalize_placeholder_types)
     if os.environ.get("PCOMPILE_AOT_KEY_DUMP"):
         compat.dump_aot_keys(os.environ["PCOMPILE_AOT_KEY_DUMP"])
-    mode = compat.new_fake_mode()
-    compat.fake_scalar_reads(lambda t: getattr(t, "fake_mode", None) is mode, scalars.read_fake)
+    mode = compat.new_fake_mode(reads.record)
+    compat.fake_scalar_reads(lambda t: getattr(t, "fake_mode", None) is mode, reads.read_fake)
     if spec.get("world_size"):
         from pcompile.warm import fakepg
 
-        fakepg.install(int(spec["world_size"]))
+        fakepg.install(int(spec["world_size"]), int(spec.get("rank", 0)))
     return mode
+
+
+def _protect_user_files(spec: dict[str, Any], mode: Any) -> Any:
+    """Redirect the script's writes (pcompile/warm/writes.py); returns the redirect state."""
+    from pcompile.warm import writes
+    from pcompile.warm.compat import is_fake
+
+    keep = [p for p in (os.environ.get("PCOMPILE_CACHE_DIR"), os.environ.get("PCOMPILE_SHARED_DIR"),
+                        os.environ.get("TORCHINDUCTOR_CACHE_DIR"), os.environ.get("TRITON_CACHE_DIR")) if p]
+    keep.append(os.path.dirname(spec["report"]))  # the warm's own work dir
+    user = [os.getcwd(), str(Path(spec["script"]).resolve().parent)]
+    w = writes.Writes(Path(spec["run_dir"]), keep, user, lambda t: is_fake(t) and t.fake_mode is mode)
+    writes.install(w)
+    return w
 
 
 def _root_cause(exc: BaseException) -> BaseException:
@@ -197,11 +213,11 @@ def _root_cause(exc: BaseException) -> BaseException:
 
 def _run_script(spec: dict[str, Any], mode: Any, report: dict[str, Any]) -> int:
     """Run the script as __main__ under `mode`; fills status/error; returns the exit code."""
-    from pcompile.warm import scalars
+    from pcompile.warm import reads
     from pcompile.warm.stop import WarmStop
 
     script = spec["script"]
-    scalars.set_script(script)
+    reads.set_script(script)
     sys.argv = [script, *spec.get("args", [])]
     sys.path.insert(0, str(Path(script).resolve().parent))
     try:
@@ -243,6 +259,9 @@ def run(spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     from pcompile.warm.stop import StepCounter
 
     report["torch"] = torch.__version__
+    from pcompile.warm.runner import software_here
+
+    report["software"] = software_here()
     missing = compat.check()
     if missing or not compat.version_supported():
         report["error"] = (f"torch {torch.__version__} is not supported by pcompile warm (needs 2.11-2.14"
@@ -263,12 +282,18 @@ def run(spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
 
     counter = StepCounter(int(spec.get("steps", 2)), on_step)
     counter.install()
+    w = _protect_user_files(spec, mode) if spec.get("run_dir") else None
     code = _run_script(spec, mode, report)
+    if w is not None:
+        report["writes"] = w.summary()
     report["steps_done"] = counter.done
     report["seconds"] = round(time.monotonic() - t0, 3)
     report["counters"] = compat.counters()
     report["vdev"] = preload.stats_here()
     report["max_autotune"] = strict.max_autotune_seen or compat.max_autotune_enabled()
+    from pcompile.warm import reads
+
+    report["reads"] = reads.summary()
     return code, report
 
 

@@ -1,4 +1,4 @@
-"""`--world-size W`: run a torchrun-style script as rank 0 of W with a fake process group.
+"""`--world-size W`: run a torchrun-style script as one rank of W with a fake process group.
 
 Collectives on the fake group return immediately, so DDP/FSDP wrap and trace as they would on
 rank 0 of a real job and their graphs (bucketed by DDPOptimizer, or with collectives inside)
@@ -9,13 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 
-def env_for(world_size: int) -> dict[str, str]:
-    """torchrun's variables for rank 0 of `world_size` on one node."""
-    return {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": str(world_size), "LOCAL_WORLD_SIZE": str(world_size),
+def env_for(world_size: int, rank: int = 0) -> dict[str, str]:
+    """torchrun's variables for `rank` of `world_size` on one node."""
+    return {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_WORLD_SIZE": str(world_size),
             "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
 
 
-def install(world_size: int) -> None:
+def install(world_size: int, rank: int = 0) -> None:
     import torch.distributed as dist
 
     from pcompile.warm.compat import ddp_skip_value_checks, fake_store
@@ -28,7 +28,7 @@ def install(world_size: int) -> None:
         for k in ("store", "world_size", "rank", "init_method"):
             kwargs.pop(k, None)
         kwargs.pop("device_id", None)  # binding a device would eagerly create a real communicator
-        return original("fake", store=fake_store(), world_size=world_size, rank=0, **kwargs)
+        return original("fake", store=fake_store(), world_size=world_size, rank=rank, **kwargs)
 
     dist.init_process_group = init_process_group
     _ddp_noop_allreduce()

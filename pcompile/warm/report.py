@@ -60,8 +60,42 @@ def report_lines(result: Any, check: bool = False) -> list[str]:
         choice = r.get("pad_mm_prediction", "pad")
         out.append(f"predicted: {r['pad_mm_guessed']} pad_mm decisions need GPU timing; took \"{choice}\" (same results; "
                    "a GPU job that hits these graphs keeps that choice; PCOMPILE_WARM_PAD_MM=pad|nopad)")
-    if r.get("max_autotune"):
-        out.append("not warmed: max-autotune / coordinate-descent choices need GPU timings; run the GPU job once to fill them")
+    left = r.get("left_for_gpu_tuning") or {}
+    if left:
+        n_timed = sum((r.get("gpu_timings_faked") or {}).values())
+        out.append(f"left for the GPU job to tune: {left.get('fx_graph', 0)} FX graphs, {left.get('aot_autograd', 0)} AOTAutograd entries "
+                   f"not written ({n_timed} GPU timings asked for: max-autotune choices, fusion benchmarks); every candidate "
+                   "kernel was compiled here, so the GPU job only benchmarks them, then publishes the winners for the jobs after it")
+    elif r.get("max_autotune"):
+        out.append("not warmed: coordinate-descent tuning happens at the GPU job's first launches")
+    for rk in r.get("ranks") or []:
+        c = rk.get("counters") or {}
+        fx = c.get("inductor", {})
+        aot = c.get("aot_autograd", {})
+        out.append(f"rank {rk['rank']}: {rk.get('status') if not rk.get('exit_code') else 'FAILED: ' + str(rk.get('error'))}; "
+                   f"FX graph {fx.get('fxgraph_cache_hit', 0)} hit / {fx.get('fxgraph_cache_miss', 0)} compiled, "
+                   f"AOTAutograd {aot.get('autograd_cache_hit', 0)} hit / {aot.get('autograd_cache_miss', 0)} compiled")
+    out.extend(_reads_and_writes(r))
     for line in result.version_warnings:
         out.append(f"warning: {line}")
+    return out
+
+
+def _reads_and_writes(r: dict[str, Any]) -> list[str]:
+    """Where the script read GPU values (zeros during warm) and what happened to its file writes."""
+    out: list[str] = []
+    rd = r.get("reads") or {}
+    if rd.get("total"):
+        out.append(f"GPU values read back: {rd['total']} reads at {rd['sites']} lines, each read as zero during warm "
+                   "(a branch on one may differ on the GPU):")
+        for ln in rd.get("lines", [])[:8]:
+            out.append(f"  {ln['file']}:{ln['line']}: {ln['count']}x {'/'.join(ln['how'])}  `{ln['source']}`")
+    w = r.get("writes") or {}
+    if w.get("n_skipped_saves"):
+        out.append(f"skipped {w['n_skipped_saves']} saves of virtual tensors (placeholder weights are never written): "
+                   + "; ".join(w["skipped_saves"][:3]))
+    if w.get("n_redirected"):
+        out.append(f"the script wrote {w['n_redirected']} paths; they went to {w['dir']}/<original path>, not to your files")
+    if w.get("skipped_deletes"):
+        out.append(f"skipped {len(w['skipped_deletes'])} deletions of your files: " + "; ".join(w["skipped_deletes"][:3]))
     return out

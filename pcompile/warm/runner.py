@@ -33,6 +33,7 @@ class WarmOptions:
     target: str | None = None
     steps: int = 2
     world_size: int = 0
+    ranks: str = "0"
     strict: bool = False
     check: bool = False
     cache_dir: str | None = None
@@ -82,22 +83,54 @@ def snapshot(root: Path) -> dict[str, set[str]]:
     return out
 
 
+def warm_run_dir(settings: Settings, script: Path) -> Path:
+    """Where this warm's redirected file writes go: <cache dir>/warm-runs/<time>-<script>."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = settings.cache_dir / "warm-runs"
+    run = base / f"{stamp}-{script.stem}"
+    n = 1
+    while run.exists():
+        n += 1
+        run = base / f"{stamp}-{script.stem}-{n}"
+    run.mkdir(parents=True)
+    return run
+
+
+def torch_build() -> tuple[str, str | None]:
+    """(version, CUDA version) of the installed torch, read from torch/version.py without
+    importing torch: importing the CUDA build maps the host's libcuda (cuBLASLt dlopens it), and
+    this process must never touch the host's driver."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        raise PcompileError("torch is not installed here; install the GPU host's torch wheel to warm for it")
+    values: dict[str, Any] = {}
+    text = (Path(list(spec.submodule_search_locations)[0]) / "version.py").read_text()
+    for node in ast.parse(text).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if isinstance(getattr(node, "value", None), ast.Constant):
+            for t in targets:
+                if isinstance(t, ast.Name):
+                    values[t.id] = node.value.value  # type: ignore[union-attr]
+    return str(values.get("__version__", "?")), values.get("cuda")
+
+
 def check_cuda_abi() -> None:
     """The virtual device answers with CUDA 13 structs; a torch built for another CUDA would misread them."""
-    import torch
-
-    cuda = torch.version.cuda
-    if not cuda or not cuda.startswith("13."):
+    version, cuda = torch_build()
+    if not cuda or not str(cuda).startswith("13."):
         raise PcompileError(f"pcompile warm needs a CUDA 13 build of torch (the virtual device speaks the CUDA 13 ABI); "
-                            f"this torch {torch.__version__} is built for CUDA {cuda}. Install the GPU host's torch wheel here")
+                            f"this torch {version} is built for CUDA {cuda}. Install the GPU host's torch wheel here")
 
 
-def version_warnings(profile: DeviceProfile) -> list[str]:
-    """Software the profile was captured with that differs here: the GPU job's keys would differ."""
+def software_here() -> dict[str, Any]:
+    """torch, triton and cuDNN versions of this process. Called in the warm child only: asking
+    cuDNN its version loads the CUDA driver, which must be the virtual one."""
     import torch
 
-    sw = profile.software
-    local = {"torch": torch.__version__}
+    local: dict[str, Any] = {"torch": torch.__version__}
     try:
         import triton
 
@@ -105,6 +138,12 @@ def version_warnings(profile: DeviceProfile) -> list[str]:
     except ImportError:
         local["triton"] = None
     local["cudnn"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return local
+
+
+def version_warnings(profile: DeviceProfile, local: dict[str, Any]) -> list[str]:
+    """Software the profile was captured with that differs from the warm's: the GPU job's keys would differ."""
+    sw = profile.software
     out = []
     for key, here in local.items():
         there = sw.get(key)
@@ -147,36 +186,74 @@ def run_warm(opts: WarmOptions) -> WarmResult:
     settings = Settings.from_env(cache_dir=opts.cache_dir, shared_dir=opts.shared_dir)
     profile = resolve(opts.target)
     check_cuda_abi()
-    warnings = version_warnings(profile)
     lib = build.library()
     inductor, _ = inductor_dirs(settings)
     inductor.mkdir(parents=True, exist_ok=True)
+    ranks = warm_ranks(opts)
+    run_dir = warm_run_dir(settings, script)
+    before = snapshot(inductor)
+    t0 = time.monotonic()
+    results = [_run_rank(opts, settings, profile, lib, script, run_dir, rank) for rank in ranks]
+    seconds = time.monotonic() - t0
+    after = snapshot(inductor)
+    rc, report, workers = results[0]
+    if len(results) > 1:
+        report["ranks"] = [{"rank": r, "exit_code": code, "status": rep.get("status"), "error": rep.get("error"),
+                            "counters": {k: rep.get("counters", {}).get(k, {}) for k in ("inductor", "aot_autograd")}}
+                           for r, (code, rep, _) in zip(ranks, results)]
+        rc = max(code for code, _, _ in results)
+        failed = [f"rank {r}: {rep.get('error')}" for r, (code, rep, _) in zip(ranks, results) if code]
+        if failed and not report.get("error"):
+            report["error"] = "; ".join(failed)
+    warnings = version_warnings(profile, report.get("software") or {})
+    written = {layer: len(after[layer] - before[layer]) for layer in LAYERS}
+    return WarmResult(rc, report, written, seconds, profile, warnings, [w for _, _, ws in results for w in ws], inductor)
+
+
+def warm_ranks(opts: WarmOptions) -> list[int]:
+    """Which ranks to run: rank 0 (SPMD ranks share its entries), or every rank (`--ranks all`)."""
+    if opts.ranks in ("0", "", None):
+        return [0]
+    if not opts.world_size:
+        raise PcompileError("--ranks needs --world-size W (the job's number of ranks)")
+    if opts.ranks == "all":
+        return list(range(opts.world_size))
+    try:
+        picked = sorted({int(r) for r in str(opts.ranks).split(",")})
+    except ValueError:
+        raise PcompileError(f"--ranks {opts.ranks!r}: give 'all' or comma-separated rank numbers, e.g. --ranks 0,3") from None
+    if picked[0] < 0 or picked[-1] >= opts.world_size:
+        raise PcompileError(f"--ranks {opts.ranks}: ranks run from 0 to {opts.world_size - 1} with --world-size {opts.world_size}")
+    return picked
+
+
+def _run_rank(opts: WarmOptions, settings: Settings, profile: DeviceProfile, lib: Path, script: Path, run_dir: Path,
+              rank: int) -> tuple[int, dict[str, Any], list[dict[str, Any]]]:
+    """One warm child, as `rank` of the job: (exit code, its report, its workers' device stats)."""
     workdir = Path(tempfile.mkdtemp(prefix="pcompile-warm-"))
     try:
-        env = preload.child_env(lib, profile, workdir, opts.strict)
+        # as many virtual devices as the job has local ranks: set_device(LOCAL_RANK) must work
+        base = dict(os.environ, PCOMPILE_VDEV_DEVICES=str(max(1, opts.world_size)))
+        env = preload.child_env(lib, profile, workdir, opts.strict, base=base)
         env.update(cache_env(settings))
         env["PCOMPILE_WARMING"] = "1"
         env["PCOMPILE_WARM_PROGRESS"] = str(workdir / "progress")
         if opts.world_size:
             from pcompile.warm.fakepg import env_for
 
-            env.update(env_for(opts.world_size))
+            env.update(env_for(opts.world_size, rank))
         spec = {"script": str(script.resolve()), "args": opts.script_args, "steps": opts.steps,
-                "world_size": opts.world_size, "strict": opts.strict, "report": str(workdir / "report.json")}
+                "world_size": opts.world_size, "rank": rank, "strict": opts.strict,
+                "report": str(workdir / "report.json"), "run_dir": str(run_dir / f"rank{rank}" if opts.world_size else run_dir)}
         (workdir / "spec.json").write_text(json.dumps(spec))
-        before = snapshot(inductor)
-        t0 = time.monotonic()
         proc = subprocess.Popen([sys.executable, "-m", "pcompile.warm.child", str(workdir / "spec.json")], env=env)
         rc = _wait(proc, workdir / "progress", opts.steps, opts.timeout)
-        seconds = time.monotonic() - t0
-        after = snapshot(inductor)
         report_path = workdir / "report.json"
         if not report_path.exists():
             raise PcompileError(f"the warm process died (exit {rc}) before reporting; run again with PCOMPILE_VDEV_TRACE=1 to see native calls")
         report = json.loads(report_path.read_text())
-        written = {layer: len(after[layer] - before[layer]) for layer in LAYERS}
         workers = [s for s in preload.read_stats_file(workdir / "vdev-stats.jsonl") if s.get("pid") != report.get("vdev", {}).get("pid")]
-        return WarmResult(rc, report, written, seconds, profile, warnings, workers, inductor)
+        return rc, report, workers
     finally:
         if not opts.keep_workdir:
             shutil.rmtree(workdir, ignore_errors=True)

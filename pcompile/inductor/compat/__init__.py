@@ -21,6 +21,7 @@ MODULES: tuple[str, ...] = (
     "cache_dir",
     "autotune_choice",
     "backward_graph",
+    "cudnn_version",
     "device_index",
 )
 

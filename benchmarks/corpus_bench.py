@@ -1,0 +1,163 @@
+"""GPU benchmark of the corpus: for each public script, warm on the GPU host with the GPU unused,
+then the GPU job through pcompile, side by side with stock torch.compile cold and hot.
+
+    python benchmarks/corpus_bench.py [--cases a,b] [--steps 10] [--out DIR] [--small]
+
+Per case, in fresh cache dirs under --out:
+1. `pcompile warm SCRIPT --target h100 -- ARGS` while nvidia-smi is sampled every 0.5 s: the warm
+   must finish with no process on the GPU;
+2. the GPU job with pcompile (`PCOMPILE=1`, the warm's cache dir), measured by corpus_probe.py;
+3. stock cold (`PCOMPILE_DISABLE=1`, an empty Inductor cache dir), then stock hot (same dir again).
+Prints one JSON line per case and a markdown table row: warm result, FX and AOTAutograd
+hits/lookups of the GPU job, first step after warm / stock hot and / stock cold, and the largest
+|loss difference| over the steps between the pcompile job and stock hot.
+Torchrun cases run with as many ranks as the host has GPUs (at most the case's world size).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "benchmarks" / "corpus"
+PROBE = ROOT / "benchmarks" / "corpus_probe.py"
+
+
+def gpus() -> int:
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+
+
+class GpuWatch:
+    """Samples nvidia-smi's compute processes while a warm runs."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,process_name", "--format=csv,noheader"],
+                                     capture_output=True, text=True, timeout=10).stdout
+                self.seen.update(line.strip() for line in out.splitlines() if line.strip())
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+            self._stop.wait(0.5)
+
+    def __enter__(self) -> "GpuWatch":
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._t.join()
+
+
+def _run(cmd: list[str], env: dict[str, str], cwd: Path, log: Path, timeout: float) -> tuple[int, float]:
+    t0 = time.perf_counter()
+    with open(log, "w") as fh:
+        try:
+            rc = subprocess.run(cmd, env=env, cwd=str(cwd), stdout=fh, stderr=subprocess.STDOUT, timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            rc = 124
+    return rc, time.perf_counter() - t0
+
+
+def job_cmd(case: dict[str, Any], ranks: int, out_json: Path, steps: int, args: list[str], root: Path = CORPUS) -> list[str]:
+    probe = [str(PROBE), "--out", str(out_json), "--steps", str(steps), "--", str(root / case["script"]), *args]
+    if case.get("world_size"):
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", *probe]
+    return [sys.executable, *probe]
+
+
+def bench_case(case: dict[str, Any], work: Path, steps: int, small: bool, timeout: float, root: Path = CORPUS) -> dict[str, Any]:
+    work.mkdir(parents=True, exist_ok=True)
+    cwd = root / case.get("cwd", ".")
+    args = shlex.split(case["args_small" if small else "args_full"]) if isinstance(case.get("args_full"), str) else \
+        list(case["args_small" if small else "args_full"])
+    ranks = min(int(case.get("world_size") or 0), max(gpus(), 1)) if case.get("world_size") else 0
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("PCOMPILE", "TORCHINDUCTOR", "TRITON_CACHE"))}
+    res: dict[str, Any] = {"case": case["name"], "ranks": ranks or 1}
+    if case.get("setup"):
+        rc, _ = _run(shlex.split(case["setup"]) if isinstance(case["setup"], str) else case["setup"], dict(base), cwd, work / "setup.log", timeout)
+        if rc != 0:
+            res["error"] = f"setup failed ({rc}), see {work / 'setup.log'}"
+            return res
+    pc = work / "pcompile-cache"
+    warm = [sys.executable, "-m", "pcompile.cli.main", "warm", str(root / case["script"]), "--target", "h100",
+            "--cache-dir", str(pc), "--json"] + (["--world-size", str(ranks)] if ranks else []) + ["--", *args]
+    with GpuWatch() as watch:
+        rc, secs = _run(warm, dict(base, PCOMPILE_PROGRESS="0"), cwd, work / "warm.log", timeout)
+    lines = [ln for ln in (work / "warm.log").read_text(errors="replace").splitlines() if ln.startswith("{")]
+    rep = json.loads(lines[-1]) if lines else {}
+    res.update(warm_rc=rc, warm_s=round(secs, 1), gpu_used_by_warm=sorted(watch.seen),
+               warm_error=(rep.get("report") or {}).get("error"))
+    runs = {"pcompile_after_warm": dict(base, PCOMPILE="1", PCOMPILE_CACHE_DIR=str(pc)),
+            "stock_cold": dict(base, PCOMPILE_DISABLE="1", TORCHINDUCTOR_CACHE_DIR=str(work / "stock"),
+                               TRITON_CACHE_DIR=str(work / "stock" / "triton"))}
+    runs["stock_hot"] = runs["stock_cold"]
+    for name, env in runs.items():
+        out = work / f"{name}.json"
+        rc, secs = _run(job_cmd(case, ranks, out, steps, args, root), env, cwd, work / f"{name}.log", timeout)
+        r = json.loads(out.read_text()) if out.exists() else {}
+        res[name] = {"rc": rc, "first_step_s": r.get("first_step_s"), "fx": r.get("fx"), "aot": r.get("aot"),
+                     "losses": r.get("losses"), "status": r.get("status")}
+    pcj, hot, cold = res["pcompile_after_warm"], res["stock_hot"], res["stock_cold"]
+    if pcj.get("first_step_s") and hot.get("first_step_s") and cold.get("first_step_s"):
+        res["after_warm_over_stock_hot"] = round(pcj["first_step_s"] / hot["first_step_s"], 3)
+        res["after_warm_over_stock_cold"] = round(pcj["first_step_s"] / cold["first_step_s"], 3)
+    la, lb = pcj.get("losses") or [], hot.get("losses") or []
+    pairs = [(x, y) for x, y in zip(la, lb) if x is not None and y is not None]
+    res["max_abs_dloss"] = round(max((abs(x - y) for x, y in pairs), default=float("nan")), 5) if pairs else None
+    return res
+
+
+def row(r: dict[str, Any]) -> str:
+    p = r.get("pcompile_after_warm") or {}
+    fx, aot = p.get("fx") or ["?", "?"], p.get("aot") or ["?", "?"]
+    warm = "ok" if r.get("warm_rc") == 0 else f"FAILED ({r.get('warm_error') or r.get('error')})"
+    gpu = "unused" if not r.get("gpu_used_by_warm") else "USED"
+    return (f"| {r['case']} | {r.get('ranks')} | {warm}, {r.get('warm_s')} s, GPU {gpu} | {fx[0]}/{fx[1]} | {aot[0]}/{aot[1]} | "
+            f"{p.get('first_step_s') and round(p['first_step_s'], 2)} | {(r.get('stock_hot') or {}).get('first_step_s') and round(r['stock_hot']['first_step_s'], 2)} | "
+            f"{(r.get('stock_cold') or {}).get('first_step_s') and round(r['stock_cold']['first_step_s'], 2)} | "
+            f"{r.get('after_warm_over_stock_hot')} | {r.get('after_warm_over_stock_cold')} | {r.get('max_abs_dloss')} |")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cases", default="")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--out", default="/tmp/corpus-bench")
+    ap.add_argument("--small", action="store_true", help="the CI-size arguments (a quick check of the harness)")
+    ap.add_argument("--timeout", type=float, default=400)
+    ap.add_argument("--cases-file", default=str(CORPUS / "cases.json"), help="cases.json; scripts and cwd are relative to its folder")
+    a = ap.parse_args()
+    cases_file = Path(a.cases_file).resolve()
+    cases = json.loads(cases_file.read_text())
+    wanted = [c for c in a.cases.split(",") if c]
+    cases = [c for c in cases if not wanted or c["name"] in wanted]
+    print("| case | ranks | warm | FX hits | AOT hits | first step after warm (s) | stock hot (s) | stock cold (s) | / stock hot | / stock cold | max abs dloss |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for case in cases:
+        r = bench_case(case, Path(a.out) / case["name"], a.steps, a.small, a.timeout, cases_file.parent)
+        Path(a.out, case["name"], "result.json").write_text(json.dumps(r))
+        print(row(r), flush=True)
+        print("json:", json.dumps(r, default=str), file=sys.stderr, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

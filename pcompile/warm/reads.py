@@ -1,0 +1,117 @@
+"""What a script gets when it reads a value back from the virtual GPU during warm.
+
+The warm runs the script's CPU code for real; only CUDA tensors are virtual (fakes, no values).
+Reading one back -- `.item()`, `float()`, `int()`, `bool()`, `.tolist()`, `.cpu()`, a copy into a
+CPU tensor, an op whose output depends on values -- behaves as if **the virtual GPU's memory held
+zeros**: `.item()` is 0.0 / 0 / False by dtype, `.cpu()` is a real CPU tensor of zeros with the
+right shape, dtype and strides, `nonzero()` is empty. Zero, not NaN: scripts stop on non-finite
+losses (`if not math.isfinite(loss)`), and zero keeps every format, comparison and running sum
+valid, so logging, eval bookkeeping, best-checkpoint logic and early stopping run unchanged.
+
+Each read is counted by the script line that made it and listed at the end of the warm: a branch
+taken on a placeholder may differ from the GPU job's, and that line is where to look if a graph
+the GPU job compiles was not warmed.
+"""
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+import threading
+from collections import Counter
+from typing import Any
+
+import torch
+
+_LIB_MARKERS = (os.sep + "torch" + os.sep, os.sep + "pcompile" + os.sep, os.sep + "triton" + os.sep,
+                os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep, os.sep + "lib" + os.sep + "python")
+_SCRIPT: str | None = None
+_lock = threading.Lock()
+_reads: Counter[tuple[str, int, str, str]] = Counter()
+
+
+def set_script(path: str) -> None:
+    global _SCRIPT
+    _SCRIPT = os.path.realpath(path)
+
+
+def user_site() -> tuple[str, int, str]:
+    """(file, line, source) of the innermost frame in the user's script (else in user code)."""
+    frame = sys._getframe(1)
+    fallback = None
+    while frame is not None:
+        fname = frame.f_code.co_filename
+        real = os.path.realpath(fname) if not fname.startswith("<") else fname
+        if _SCRIPT and real == _SCRIPT:
+            return fname, frame.f_lineno, linecache.getline(fname, frame.f_lineno).strip()
+        if fallback is None and not fname.startswith("<") and not any(m in real for m in _LIB_MARKERS):
+            fallback = (fname, frame.f_lineno, linecache.getline(fname, frame.f_lineno).strip())
+        frame = frame.f_back
+    return fallback or ("<library>", 0, "")
+
+
+def record(how: str) -> None:
+    """Count one read of a virtual value at the user's line."""
+    fname, line, src = user_site()
+    with _lock:
+        _reads[(fname, line, src, how)] += 1
+
+
+def summary(limit: int = 20) -> dict[str, Any]:
+    """Reads for the warm report: the total and the busiest lines."""
+    with _lock:
+        items = _reads.most_common()
+    by_line: Counter[tuple[str, int, str]] = Counter()
+    hows: dict[tuple[str, int, str], set[str]] = {}
+    for (fname, line, src, how), n in items:
+        by_line[(fname, line, src)] += n
+        hows.setdefault((fname, line, src), set()).add(how)
+    lines = [{"file": f, "line": ln, "source": s, "count": n, "how": sorted(hows[(f, ln, s)])}
+             for (f, ln, s), n in by_line.most_common(limit)]
+    return {"total": sum(by_line.values()), "sites": len(by_line), "lines": lines}
+
+
+def scalar(dtype: torch.dtype) -> bool | int | float | complex:
+    """The placeholder Python value of one element of `dtype`."""
+    if dtype == torch.bool:
+        return False
+    if dtype.is_complex:
+        return 0j
+    if dtype.is_floating_point:
+        return 0.0
+    return 0
+
+
+def zeros_like_on_cpu(t: torch.Tensor) -> torch.Tensor:
+    """A real CPU tensor of zeros with `t`'s shape, dtype and (where dense) strides."""
+    shape, dtype = tuple(t.shape), t.dtype
+    try:
+        return torch.zeros(shape, dtype=dtype).as_strided(shape, t.stride()) if t.is_contiguous() else \
+            torch.empty_strided(shape, t.stride(), dtype=dtype).zero_()
+    except (RuntimeError, ValueError):
+        return torch.zeros(shape, dtype=dtype)
+
+
+def _one_element(t: torch.Tensor, what: str) -> None:
+    if t.numel() != 1:
+        if what == "__bool__":
+            raise RuntimeError(f"Boolean value of Tensor with more than one value is ambiguous")
+        raise RuntimeError(f"a Tensor with {t.numel()} elements cannot be converted to Scalar")
+
+
+def read_fake(tensor: torch.Tensor, how: str) -> Any:
+    """Stand-in for a value read of a virtual tensor (see the module docstring); counted."""
+    if how == "numpy" and tensor.device.type != "cpu":
+        raise TypeError(f"can't convert {tensor.device} device type tensor to numpy. "
+                        "Use Tensor.cpu() to copy the tensor to host memory first.")
+    record(how)
+    if how in ("item", "__float__", "__int__", "__index__", "__bool__", "__complex__"):
+        _one_element(tensor, how)
+        value = scalar(tensor.dtype)
+        conv = {"__float__": float, "__int__": int, "__index__": int, "__bool__": bool, "__complex__": complex}.get(how)
+        return conv(value) if conv else value
+    if how == "tolist":
+        return zeros_like_on_cpu(tensor).tolist()
+    if how == "numpy":
+        return zeros_like_on_cpu(tensor).numpy()
+    raise AssertionError(f"unexpected read {how}")
