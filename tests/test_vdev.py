@@ -23,8 +23,8 @@ def lib(tmp_path_factory) -> Path:
     return build.library()
 
 
-def _run_under_vdev(lib: Path, tmp: Path, code: str, strict: bool = False) -> dict:
-    env = preload.child_env(lib, resolve("h100"), tmp, strict)
+def _run_under_vdev(lib: Path, tmp: Path, code: str, strict: bool = False, devices: int = 1) -> dict:
+    env = preload.child_env(lib, resolve("h100"), tmp, strict, devices=devices)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -97,8 +97,8 @@ def test_missing_compiler_is_a_clear_error(monkeypatch):
         build.find_compiler()
 
 
-def test_cubin_register_count_matches_ptxas(lib, tmp_path):
-    """NUM_REGS/LOCAL_SIZE from the cubin ELF equal what ptxas -v reports for the same PTX."""
+def _cubin(tmp_path: Path) -> tuple[Path, int]:
+    """A small sm_90 cubin with one kernel `kern`, and the register count ptxas reports."""
     import re
 
     from pcompile.vdev.capture import ptxas_path
@@ -116,7 +116,12 @@ def test_cubin_register_count_matches_ptxas(lib, tmp_path):
     cubin = tmp_path / "k.cubin"
     out = subprocess.run([ptxas, "-v", "-arch=sm_90", str(ptx), "-o", str(cubin)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    regs = int(re.search(r"Used (\d+) registers", out.stderr).group(1))
+    return cubin, int(re.search(r"Used (\d+) registers", out.stderr).group(1))
+
+
+def test_cubin_register_count_matches_ptxas(lib, tmp_path):
+    """NUM_REGS/LOCAL_SIZE from the cubin ELF equal what ptxas -v reports for the same PTX."""
+    cubin, regs = _cubin(tmp_path)
     code = (
         "import ctypes, json\n"
         "d = ctypes.CDLL('libcuda.so.1')\n"
@@ -138,3 +143,67 @@ def test_profile_show_cli_prints_the_board():
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "NVIDIA H100 80GB HBM3" in out.stdout and "SMs 132" in out.stdout and "torch: 2.11.0+cu130" in out.stdout
+
+
+def test_several_devices_per_thread_current_device_and_pointer_devices(lib, tmp_path):
+    """PCOMPILE_VDEV_DEVICES=3: three identical boards; the current device is per thread (driver
+    and runtime agree on it); memory and streams remember their device."""
+    code = (
+        "import ctypes, json, threading\n"
+        "rt = ctypes.CDLL('libcuda.so.1')\n"
+        "n = ctypes.c_int(); rt.cudaGetDeviceCount(ctypes.byref(n)); dn = ctypes.c_int(); rt.cuDeviceGetCount(ctypes.byref(dn))\n"
+        "assert rt.cudaSetDevice(2) == 0 and rt.cudaSetDevice(3) != 0\n"
+        "cur = ctypes.c_int(); rt.cudaGetDevice(ctypes.byref(cur)); ctxdev = ctypes.c_int(); rt.cuCtxGetDevice(ctypes.byref(ctxdev))\n"
+        "other = {}\n"
+        "def worker():\n    v = ctypes.c_int(-1); rt.cudaGetDevice(ctypes.byref(v)); other['dev'] = v.value\n"
+        "th = threading.Thread(target=worker); th.start(); th.join()\n"
+        "p = ctypes.c_void_p(); assert rt.cudaMalloc(ctypes.byref(p), 1 << 20) == 0\n"
+        "attr = (ctypes.c_int * 6)(); assert rt.cudaPointerGetAttributes(attr, ctypes.c_void_p(p.value + 4096)) == 0\n"
+        "ordinal = ctypes.c_int(-1); assert rt.cuPointerGetAttribute(ctypes.byref(ordinal), 9, ctypes.c_uint64(p.value + 8)) == 0\n"
+        "host = ctypes.create_string_buffer(64); bad = rt.cuPointerGetAttribute(ctypes.byref(ordinal), 9, ctypes.c_uint64(ctypes.addressof(host)))\n"
+        "sm = ctypes.c_int(); rt.cuDeviceGetAttribute(ctypes.byref(sm), 16, 2)\n"
+        "print(json.dumps({'count': n.value, 'driver_count': dn.value, 'current': cur.value, 'ctx_device': ctxdev.value,\n"
+        "  'new_thread': other['dev'], 'ptr_device': attr[1], 'ptr_type': attr[0], 'ordinal': ordinal.value, 'host_refused': bad != 0, 'sms_dev2': sm.value}))\n"
+    )
+    got = _run_under_vdev(lib, tmp_path, code, devices=3)
+    assert got == {"count": 3, "driver_count": 3, "current": 2, "ctx_device": 2, "new_thread": 0, "ptr_device": 2,
+                   "ptr_type": 2, "ordinal": 2, "host_refused": True, "sms_dev2": 132}
+
+
+def test_torch_sees_two_devices_and_allocates_on_each(lib, tmp_path):
+    code = (
+        "import torch, json\n"
+        "torch.cuda.set_device(1)\n"
+        "x = torch.zeros(8, device='cuda'); y = torch.zeros(8, device='cuda:0')\n"
+        "print(json.dumps({'count': torch.cuda.device_count(), 'x': str(x.device), 'y': str(y.device),\n"
+        "  'names': [torch.cuda.get_device_name(i) for i in range(2)]}))\n"
+    )
+    got = _run_under_vdev(lib, tmp_path, code, devices=2)
+    assert got["count"] == 2 and got["x"] == "cuda:1" and got["y"] == "cuda:0"
+    assert got["names"] == [resolve("h100").name] * 2
+
+
+def test_device_count_must_be_in_range(lib, tmp_path):
+    with pytest.raises(ValueError, match="1 to 64"):
+        preload.child_env(lib, resolve("h100"), tmp_path, False, devices=0)
+
+
+def test_kernel_runs_only_on_the_device_it_was_loaded_on(lib, tmp_path):
+    """As on a real driver: a function loaded in device 0's context, launched while device 1 is
+    current (or on device 1's stream), is refused; on its own device it launches."""
+    cubin, _ = _cubin(tmp_path)
+    code = (
+        "import ctypes, json\n"
+        "d = ctypes.CDLL('libcuda.so.1')\n"
+        f"img = open({str(cubin)!r}, 'rb').read()\n"
+        "m = ctypes.c_void_p(); f = ctypes.c_void_p(); s1 = ctypes.c_void_p()\n"
+        "assert d.cudaSetDevice(0) == 0 and d.cuModuleLoadData(ctypes.byref(m), img) == 0\n"
+        "assert d.cuModuleGetFunction(ctypes.byref(f), m, b'kern') == 0\n"
+        "def launch(stream):\n    return d.cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, stream, None, None)\n"
+        "same = launch(None)\n"
+        "d.cudaSetDevice(1); d.cudaStreamCreate(ctypes.byref(s1)); other = launch(None)\n"
+        "d.cudaSetDevice(0); other_stream = launch(s1)\n"
+        "print(json.dumps({'same': same, 'other_device': other, 'other_stream': other_stream}))\n"
+    )
+    got = _run_under_vdev(lib, tmp_path, code, devices=2)
+    assert got == {"same": 0, "other_device": 400, "other_stream": 400}

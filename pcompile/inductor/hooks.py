@@ -62,6 +62,8 @@ def install_hooks() -> bool:
         _install_remote(layers, stock)
         _install_triton(layers, stock)
         _install_cpp(layers, stock)
+        if "graph" in layers:
+            _install_device_index()
         state.layers = tuple(layers)
         state.stock = stock
         state.active = bool(layers)
@@ -117,6 +119,16 @@ def _install_cpp(layers: list[str], stock: dict[str, str]) -> None:
         layers.append("kernel.cpp")
     else:
         stock["kernel.cpp"] = reason
+
+
+def _install_device_index() -> None:
+    """Keys as for cuda:0 and loads bound to the caller's GPU, so ranks share entries (device_index.py)."""
+    from pcompile.inductor import device_index
+
+    reason = device_index.install()
+    if reason is not None and device_index.enabled():
+        gate.warn_once("device_index", f"pcompile: entries stay per GPU index in this torch ({reason}); "
+                       "ranks on other GPUs of a node compile their own")
 
 
 def _install_pool() -> None:
@@ -177,6 +189,10 @@ def uninstall_hooks() -> None:
 
             cpp_cache.uninstall()
         env.clear_triton_manager("pcompile.inductor.triton_cache:StoreCacheManager")
+        if compat.check("device_index") is None:
+            from pcompile.inductor import device_index
+
+            device_index.uninstall()
         if compat.check("backward_graph") is None:
             from pcompile.inductor.compat import backward_graph
 

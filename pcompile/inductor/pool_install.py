@@ -30,6 +30,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
 from pcompile.config import Settings
+from pcompile.inductor import device_index
 from pcompile.keys import Target, fingerprint, make_key
 from pcompile.keys.key import Key, KeyInputs, canonical_json
 from pcompile.pool.client import warn_once
@@ -155,8 +156,9 @@ class KernelRouter:
     def key_for(self, job: Any) -> tuple[Key, KeyInputs, dict[str, str]]:
         """The kernel's key. The target comes from the DeviceProperties in the source (what
         Triton really compiles for), not from this host, so a CPU-only warm host and the GPU
-        job agree. The device index is part of the source (DeviceProperties.index), hence of the
-        key: ranks on different GPUs of one node compile their own copies (as their FX graphs do)."""
+        job agree. The source is hashed as for cuda:0 (its DeviceProperties index is the only
+        difference between GPUs of one board), so every rank of a node shares one entry; a result
+        is bound to the requesting kernel's index when it is resolved (device_index.py)."""
         device = self.hook.device_of(job.source)
         arch = (f"sm_{device[1]}" if device[0] == "cuda" else f"{device[0]}_{device[1]}") if device else "unknown"
         libdevice = job.extra_env.get("TRITON_LIBDEVICE_PATH")
@@ -167,7 +169,7 @@ class KernelRouter:
             "triton_env": json.dumps(self.hook.triton_env(), sort_keys=True),
         }
         fp = self._fingerprint(arch, tuple(sorted(extra.items())))
-        key, inputs = make_key("kernel", job.source, fp)
+        key, inputs = make_key("kernel", device_index.kernel_key_source(job.source), fp)
         return key, inputs, fp
 
     def _fingerprint(self, arch: str, extra: tuple[tuple[str, str], ...]) -> dict[str, str]:
@@ -203,12 +205,15 @@ class KernelRouter:
         return self._waiters.submit(self.resolve, job)
 
     def resolve(self, job: Any) -> tuple[Any, int]:
-        """(CachingAutotuner, elapsed_us) for `job`, from the store or freshly compiled."""
+        """(CachingAutotuner, elapsed_us) for `job`, from the store or freshly compiled, bound to
+        the device the job's source names (an entry may come from a rank on another GPU)."""
         t0 = time.time()
         outcome = "error"
         built: dict[str, Any] = {}
         try:
             value, outcome = self._resolve(job, built)
+            device = self.hook.device_of(job.source)
+            device_index.bind_kernel(value[0], device[2] if device else None)
             return value
         finally:
             _emit_kernel_event(job, t0, outcome, self.kind, built)

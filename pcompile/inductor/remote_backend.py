@@ -121,6 +121,11 @@ def install() -> list[str]:
     for layer in compat.CLASS_FOR_LAYER:
         compat.set_backend(layer, backend_class(layer))
         installed.append(layer)
+    # Autotune keys are computed where kernels are imported, compile workers included (which
+    # call this through pool/prewarm.py): all must hash them as for cuda:0 (device_index.py).
+    from pcompile.inductor import device_index
+
+    device_index.install_autotune_key()
     return installed
 
 

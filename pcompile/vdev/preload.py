@@ -17,11 +17,24 @@ from pcompile.vdev.profile import DeviceProfile
 ENV_PROFILE = "PCOMPILE_VDEV_PROFILE"
 ENV_STRICT = "PCOMPILE_VDEV_STRICT"
 ENV_STATS = "PCOMPILE_VDEV_STATS"
+ENV_DEVICES = "PCOMPILE_VDEV_DEVICES"
+#: vcuda.c's MAX_DEVICES
+MAX_DEVICES = 64
 
 
-def child_env(lib: Path, profile: DeviceProfile, workdir: Path, strict: bool, base: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for a child that should see exactly one virtual `profile` GPU and no real one."""
+def child_env(lib: Path, profile: DeviceProfile, workdir: Path, strict: bool, base: dict[str, str] | None = None,
+              devices: int | None = None) -> dict[str, str]:
+    """Environment for a child that should see `devices` virtual `profile` GPUs and no real one.
+
+    Several devices are for scripts that pick `cuda:LOCAL_RANK` (one process per GPU of a node):
+    every device has the same profile, as the GPUs of one node do. `devices=None`: the
+    environment's PCOMPILE_VDEV_DEVICES, else 1.
+    """
     env = dict(os.environ if base is None else base)
+    if devices is None:
+        devices = int(env.get(ENV_DEVICES) or 1)
+    if not 1 <= devices <= MAX_DEVICES:
+        raise ValueError(f"the virtual device exposes 1 to {MAX_DEVICES} devices, not {devices}")
     flat = profile.write_flat(workdir / "vdev-profile.txt")
     ours = (LIB_NAME, NVML_NAME)
     preload = [str(lib), str(lib.with_name(NVML_NAME))]
@@ -29,12 +42,12 @@ def child_env(lib: Path, profile: DeviceProfile, workdir: Path, strict: bool, ba
     env["LD_PRELOAD"] = ":".join(preload)
     # The host's GPUs never matter: torch counts devices from CUDA_VISIBLE_DEVICES and NVML before
     # CUDA initialises, so both must describe the virtual devices (NVML is ours, vnvml.c).
-    n = int(env.get("PCOMPILE_VDEV_DEVICES") or 1)
-    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(n))
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(devices))
     env.pop("CUDA_DEVICE_ORDER", None)
     env[ENV_PROFILE] = str(flat)
     env[ENV_STATS] = str(workdir / "vdev-stats.jsonl")
     env[ENV_STRICT] = "1" if strict else "0"
+    env[ENV_DEVICES] = str(devices)
     # Triton links its driver helpers against "the" libcuda.so.1: make it ours, by directory.
     env["TRITON_LIBCUDA_PATH"] = str(lib.parent)
     env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "0"

@@ -12,6 +12,9 @@
  *
  * Environment:
  *   PCOMPILE_VDEV_PROFILE  flat profile file written by pcompile (required)
+ *   PCOMPILE_VDEV_DEVICES  how many devices to expose (default 1, at most MAX_DEVICES); all share the
+ *                          one profile, as the GPUs of one node do. The current device is per thread,
+ *                          as in CUDA; each allocation remembers the device it was made on.
  *   PCOMPILE_VDEV_STRICT   "1": a native launch fails with a clear error instead of being swallowed
  *   PCOMPILE_VDEV_STATS    file to append this process's call counts to (one JSON line) at exit
  *   PCOMPILE_VDEV_TRACE    "1": print a native backtrace for every refused driver call (debugging)
@@ -26,6 +29,7 @@
 #include <unistd.h>
 #include <pthread.h>
 #include <execinfo.h>
+#include <stddef.h>
 
 /* ---------------------------------------------------------------- types (CUDA 13 ABI) --- */
 typedef int cudaError_t;
@@ -67,6 +71,7 @@ enum {
 };
 
 #define PROP_BYTES_MAX 4096
+#define MAX_DEVICES 64
 #define N_ATTRS 256
 /* cudaDeviceProp offsets (CUDA 13.0 layout) used as fallbacks for driver queries. */
 #define OFF_TOTAL_GLOBAL_MEM 288
@@ -92,7 +97,7 @@ enum {
   X(cuDevicePrimaryCtxRetain) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice) \
   X(cuCtxSynchronize) X(cuModuleLoadData) X(cuModuleGetFunction) X(cuModuleUnload) \
   X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuFuncSetCacheConfig) X(cuGetErrorString) \
-  X(cuLaunchKernel) X(cuOccupancyMaxActiveClusters) X(not_supported)
+  X(cuLaunchKernel) X(cuOccupancyMaxActiveClusters) X(cuPointerGetAttribute) X(not_supported)
 
 enum {
 #define ENUM_ENTRY(n) C_##n,
@@ -123,8 +128,10 @@ static int g_driver_version = 13000;
 static int g_runtime_version = 13000;
 static int g_profile_ok;
 static int g_strict;
-static int g_ctx_active;
-static int g_ctx_token;
+static int g_ndev = 1;                  /* PCOMPILE_VDEV_DEVICES */
+static int g_ctx_active[MAX_DEVICES];    /* primary context of device i retained/used */
+static char g_ctx_token[MAX_DEVICES];    /* &g_ctx_token[i] is device i's (primary) context handle */
+static __thread int t_dev;               /* this thread's current device (cudaSetDevice, cuCtxSetCurrent) */
 static __thread cudaError_t t_last_error;
 static __thread dim3 t_grid, t_block;
 static __thread size_t t_shmem;
@@ -190,8 +197,26 @@ static void dump_stats(void);
 __attribute__((constructor)) static void vdev_init(void) {
   const char *s = getenv("PCOMPILE_VDEV_STRICT");
   g_strict = s && *s && strcmp(s, "0") != 0;
+  const char *n = getenv("PCOMPILE_VDEV_DEVICES");
+  if (n && *n) {
+    g_ndev = atoi(n);
+    if (g_ndev < 1 || g_ndev > MAX_DEVICES) {
+      fprintf(stderr, "pcompile vdev: PCOMPILE_VDEV_DEVICES=%s is not in 1..%d; exposing 1 device\n", n, MAX_DEVICES);
+      g_ndev = 1;
+    }
+  }
   load_profile();
   atexit(dump_stats);
+}
+
+/* Devices exist only with a profile; every one of them has that same profile. */
+static int n_devices(void) { return g_profile_ok ? g_ndev : 0; }
+static int valid_dev(int d) { return d >= 0 && d < n_devices(); }
+static CUcontext ctx_of(int d) { return (CUcontext)&g_ctx_token[d]; }
+/* The device whose context handle this is, or -1 for a handle this library did not hand out. */
+static int dev_of_ctx(CUcontext c) {
+  ptrdiff_t i = (char *)c - g_ctx_token;
+  return c && i >= 0 && i < MAX_DEVICES ? (int)i : -1;
 }
 
 static int32_t prop_i32(size_t off) {
@@ -206,7 +231,7 @@ int pcompile_vdev_stats(char *buf, size_t n) {
   size_t used = 0;
   int w;
 #define EMIT(...) do { w = snprintf(buf ? buf + (used < n ? used : n) : NULL, used < n ? n - used : 0, __VA_ARGS__); used += (size_t)w; } while (0)
-  EMIT("{\"pid\": %d, \"strict\": %d, \"profile\": %d", (int)getpid(), g_strict, g_profile_ok);
+  EMIT("{\"pid\": %d, \"strict\": %d, \"profile\": %d, \"devices\": %d", (int)getpid(), g_strict, g_profile_ok, n_devices());
   for (int i = 0; i < C__COUNT; i++)
     if (g_counts[i]) EMIT(", \"%s\": %llu", CALL_NAMES[i], g_counts[i]);
   pthread_mutex_lock(&g_lock);
@@ -262,7 +287,16 @@ static CUresult not_supported(const char *name) {
 }
 
 /* ---------------------------------------------------------------- host-backed memory --- */
+/* Each block starts with a header page holding its total size. Device blocks are also listed in
+ * g_blocks, so a pointer anywhere inside one (the caching allocator hands out offsets into its
+ * segments) can be mapped back to the device it was allocated on, as the driver's pointer
+ * attributes do. A handful of segments is typical, so a linear list is enough. */
 #define HDR 4096
+#define MAX_BLOCKS 4096
+typedef struct { char *start; size_t size; int dev; } vblock;
+static vblock g_blocks[MAX_BLOCKS];
+static int g_nblocks;
+
 static void *vmalloc(size_t size) {
   size_t total = size + HDR;
   void *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -274,6 +308,34 @@ static void vfree(void *p) {
   if (!p) return;
   char *base = (char *)p - HDR;
   munmap(base, *(size_t *)base);
+}
+/* Device memory: a host-backed block remembered with the current device. */
+static void *vmalloc_device(size_t size) {
+  void *p = vmalloc(size);
+  if (!p) return NULL;
+  pthread_mutex_lock(&g_lock);
+  if (g_nblocks < MAX_BLOCKS) g_blocks[g_nblocks++] = (vblock){(char *)p, size, t_dev};
+  pthread_mutex_unlock(&g_lock);
+  return p;
+}
+static void vfree_device(void *p) {
+  pthread_mutex_lock(&g_lock);
+  for (int i = 0; i < g_nblocks; i++)
+    if (g_blocks[i].start == p) { g_blocks[i] = g_blocks[--g_nblocks]; break; }
+  pthread_mutex_unlock(&g_lock);
+  vfree(p);
+}
+/* The device a device pointer belongs to, or -1 for memory this library did not allocate. */
+static int device_of(const void *p) {
+  int dev = -1;
+  pthread_mutex_lock(&g_lock);
+  for (int i = 0; i < g_nblocks; i++)
+    if ((const char *)p >= g_blocks[i].start && (const char *)p < g_blocks[i].start + g_blocks[i].size) {
+      dev = g_blocks[i].dev;
+      break;
+    }
+  pthread_mutex_unlock(&g_lock);
+  return dev;
 }
 
 /* ---------------------------------------------------------------- launches --- */
@@ -295,28 +357,30 @@ static cudaError_t on_launch(const void *func, const char *what) {
 cudaError_t cudaGetDeviceCount(int *count) {
   COUNT(cudaGetDeviceCount);
   if (!count) return cudaErrorInvalidValue;
-  *count = g_profile_ok ? 1 : 0;
+  *count = n_devices();
   return cudaSuccess;
 }
 
 cudaError_t cudaGetDevice(int *dev) {
   COUNT(cudaGetDevice);
   if (!dev) return cudaErrorInvalidValue;
-  *dev = 0;
+  *dev = t_dev;
   return cudaSuccess;
 }
 
+/* Like CUDA: sets this thread's device and makes its primary context active. */
 cudaError_t cudaSetDevice(int dev) {
   COUNT(cudaSetDevice);
-  if (dev != 0 || !g_profile_ok) return cudaErrorInvalidDevice;
-  g_ctx_active = 1;
+  if (!valid_dev(dev)) return cudaErrorInvalidDevice;
+  t_dev = dev;
+  g_ctx_active[dev] = 1;
   return cudaSuccess;
 }
 
 cudaError_t cudaGetDeviceProperties(void *prop, int dev) {
   COUNT(cudaGetDeviceProperties);
   if (!prop) return cudaErrorInvalidValue;
-  if (dev != 0 || !g_profile_ok) return cudaErrorInvalidDevice;
+  if (!valid_dev(dev)) return cudaErrorInvalidDevice;
   memcpy(prop, g_prop, 1008); /* sizeof(cudaDeviceProp) in CUDA 13 headers */
   return cudaSuccess;
 }
@@ -325,7 +389,7 @@ cudaError_t cudaGetDeviceProperties_v2(void *prop, int dev) { return cudaGetDevi
 cudaError_t cudaDeviceGetAttribute(int *value, int attr, int dev) {
   COUNT(cudaDeviceGetAttribute);
   if (!value) return cudaErrorInvalidValue;
-  if (dev != 0 || !g_profile_ok) return cudaErrorInvalidDevice;
+  if (!valid_dev(dev)) return cudaErrorInvalidDevice;
   if (attr < 0 || attr >= N_ATTRS || !g_attr_known[attr]) return cudaErrorInvalidValue;
   *value = (int)g_attr[attr];
   return cudaSuccess;
@@ -381,8 +445,8 @@ cudaError_t cudaPeekAtLastError(void) {
 cudaError_t cudaMalloc(void **p, size_t size) {
   COUNT(cudaMalloc);
   if (!p) return cudaErrorInvalidValue;
-  g_ctx_active = 1;
-  *p = vmalloc(size ? size : 1);
+  g_ctx_active[t_dev] = 1;
+  *p = vmalloc_device(size ? size : 1);
   if (!*p) {
     t_last_error = cudaErrorMemoryAllocation;
     return cudaErrorMemoryAllocation;
@@ -392,8 +456,8 @@ cudaError_t cudaMalloc(void **p, size_t size) {
 
 cudaError_t cudaFree(void *p) {
   COUNT(cudaFree);
-  g_ctx_active = 1;
-  vfree(p);
+  g_ctx_active[t_dev] = 1;
+  if (p) vfree_device(p);
   return cudaSuccess;
 }
 
@@ -468,10 +532,18 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned f) {
   return cudaSuccess;
 }
 
-/* Streams and events are opaque non-null tokens. */
+/* Streams and events are opaque non-null tokens that remember the device they were made on. */
+#define TOKEN_MAGIC 0x7663646bu
+typedef struct { unsigned magic; int dev; } vtoken;
 static void *new_token(void) {
-  void *p = calloc(1, 64);
+  vtoken *p = calloc(1, 64);
+  if (p) *p = (vtoken){TOKEN_MAGIC, t_dev};
   return p;
+}
+/* The device of a stream this library made; -1 for the default stream or a foreign handle. */
+static int stream_device(const void *s) {
+  const vtoken *t = s;
+  return t && t->magic == TOKEN_MAGIC ? t->dev : -1;
 }
 cudaError_t cudaStreamCreate(cudaStream_t *s) { COUNT(cudaStreamCreate); if (!s) return cudaErrorInvalidValue; *s = new_token(); return cudaSuccess; }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned f) { (void)f; return cudaStreamCreate(s); }
@@ -527,13 +599,14 @@ cudaError_t cudaGetDriverEntryPoint(const char *sym, void **fn, unsigned long lo
 }
 
 cudaError_t cudaPointerGetAttributes(void *attrs, const void *ptr) {
-  (void)ptr;
   COUNT(cudaPointerGetAttributes);
   /* struct cudaPointerAttributes { int type; int device; void *devicePointer; void *hostPointer; } */
   if (!attrs) return cudaErrorInvalidValue;
+  int dev = device_of(ptr);
   memset(attrs, 0, 24);
+  if (dev < 0) return cudaSuccess; /* cudaMemoryTypeUnregistered: plain host memory */
   ((int *)attrs)[0] = 2; /* cudaMemoryTypeDevice */
-  ((int *)attrs)[1] = 0;
+  ((int *)attrs)[1] = dev;
   ((void **)attrs)[1] = (void *)ptr;
   return cudaSuccess;
 }
@@ -610,11 +683,12 @@ cudaError_t cudaLaunchKernelExC(const void *config, const void *func, void **arg
 /* ================================================================ CUDA driver ==== */
 CUresult cuInit(unsigned flags) { (void)flags; COUNT(cuInit); return g_profile_ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE; }
 CUresult cuDriverGetVersion(int *v) { COUNT(cuDriverGetVersion); if (v) *v = g_driver_version; return CUDA_SUCCESS; }
-CUresult cuDeviceGetCount(int *n) { COUNT(cuDeviceGetCount); if (n) *n = g_profile_ok ? 1 : 0; return CUDA_SUCCESS; }
+CUresult cuDeviceGetCount(int *n) { COUNT(cuDeviceGetCount); if (n) *n = n_devices(); return CUDA_SUCCESS; }
+/* A CUdevice is its ordinal. */
 CUresult cuDeviceGet(CUdevice *d, int ordinal) {
   COUNT(cuDeviceGet);
-  if (ordinal != 0 || !g_profile_ok) return CUDA_ERROR_INVALID_DEVICE;
-  if (d) *d = 0;
+  if (!valid_dev(ordinal)) return CUDA_ERROR_INVALID_DEVICE;
+  if (d) *d = ordinal;
   return CUDA_SUCCESS;
 }
 CUresult cuDeviceGetName(char *name, int len, CUdevice d) {
@@ -635,7 +709,7 @@ CUresult cuDeviceTotalMem(size_t *bytes, CUdevice d) { return cuDeviceTotalMem_v
 CUresult cuDeviceGetAttribute(int *value, int attr, CUdevice d) {
   COUNT(cuDeviceGetAttribute);
   if (!value) return CUDA_ERROR_INVALID_VALUE;
-  if (d != 0 || !g_profile_ok) return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_dev(d)) return CUDA_ERROR_INVALID_DEVICE;
   if (attr < 0 || attr >= N_ATTRS || !g_attr_known[attr]) return CUDA_ERROR_INVALID_VALUE;
   *value = (int)g_attr[attr];
   return CUDA_SUCCESS;
@@ -647,37 +721,58 @@ CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice d) {
   return CUDA_SUCCESS;
 }
 CUresult cuDevicePrimaryCtxGetState(CUdevice d, unsigned *flags, int *active) {
-  (void)d;
   COUNT(cuDevicePrimaryCtxGetState);
+  if (!valid_dev(d)) return CUDA_ERROR_INVALID_DEVICE;
   if (flags) *flags = 0;
-  if (active) *active = g_ctx_active;
+  if (active) *active = g_ctx_active[d];
   return CUDA_SUCCESS;
 }
 CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice d) {
-  (void)d;
   COUNT(cuDevicePrimaryCtxRetain);
-  g_ctx_active = 1;
-  if (ctx) *ctx = &g_ctx_token;
+  if (!valid_dev(d)) return CUDA_ERROR_INVALID_DEVICE;
+  g_ctx_active[d] = 1;
+  if (ctx) *ctx = ctx_of(d);
   return CUDA_SUCCESS;
 }
 CUresult cuDevicePrimaryCtxRelease(CUdevice d) { (void)d; return CUDA_SUCCESS; }
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) { (void)d; return CUDA_SUCCESS; }
+/* The driver's current context is the runtime's current device, as with primary contexts. */
 CUresult cuCtxGetCurrent(CUcontext *ctx) {
   COUNT(cuCtxGetCurrent);
-  if (ctx) *ctx = g_ctx_active ? (CUcontext)&g_ctx_token : NULL;
+  if (ctx) *ctx = g_ctx_active[t_dev] ? ctx_of(t_dev) : NULL;
   return CUDA_SUCCESS;
 }
 CUresult cuCtxSetCurrent(CUcontext ctx) {
   COUNT(cuCtxSetCurrent);
-  if (ctx) g_ctx_active = 1;
+  int d = dev_of_ctx(ctx);
+  if (ctx && !valid_dev(d)) return CUDA_ERROR_INVALID_HANDLE;
+  if (ctx) {
+    t_dev = d;
+    g_ctx_active[d] = 1;
+  }
   return CUDA_SUCCESS;
 }
-CUresult cuCtxGetDevice(CUdevice *d) { COUNT(cuCtxGetDevice); if (d) *d = 0; return CUDA_SUCCESS; }
+CUresult cuCtxGetDevice(CUdevice *d) { COUNT(cuCtxGetDevice); if (d) *d = t_dev; return CUDA_SUCCESS; }
 CUresult cuCtxSynchronize(void) { COUNT(cuCtxSynchronize); return CUDA_SUCCESS; }
-CUresult cuCtxPushCurrent(CUcontext c) { (void)c; return CUDA_SUCCESS; }
-CUresult cuCtxPushCurrent_v2(CUcontext c) { (void)c; return CUDA_SUCCESS; }
-CUresult cuCtxPopCurrent(CUcontext *c) { if (c) *c = &g_ctx_token; return CUDA_SUCCESS; }
-CUresult cuCtxPopCurrent_v2(CUcontext *c) { if (c) *c = &g_ctx_token; return CUDA_SUCCESS; }
+/* A small per-thread context stack: push makes ctx current, pop restores the previous one. */
+#define CTX_STACK 16
+static __thread int t_ctx_stack[CTX_STACK];
+static __thread int t_ctx_depth;
+CUresult cuCtxPushCurrent(CUcontext c) {
+  int d = dev_of_ctx(c);
+  if (!valid_dev(d)) return CUDA_ERROR_INVALID_HANDLE;
+  if (t_ctx_depth < CTX_STACK) t_ctx_stack[t_ctx_depth++] = t_dev;
+  t_dev = d;
+  g_ctx_active[d] = 1;
+  return CUDA_SUCCESS;
+}
+CUresult cuCtxPushCurrent_v2(CUcontext c) { return cuCtxPushCurrent(c); }
+CUresult cuCtxPopCurrent(CUcontext *c) {
+  if (c) *c = ctx_of(t_dev);
+  if (t_ctx_depth > 0) t_dev = t_ctx_stack[--t_ctx_depth];
+  return CUDA_SUCCESS;
+}
+CUresult cuCtxPopCurrent_v2(CUcontext *c) { return cuCtxPopCurrent(c); }
 CUresult cuCtxGetLimit(size_t *v, int limit) { (void)limit; if (v) *v = 0; return CUDA_SUCCESS; }
 CUresult cuCtxSetLimit(int limit, size_t v) { (void)limit; (void)v; return CUDA_SUCCESS; }
 
@@ -705,6 +800,7 @@ typedef struct {
   unsigned char *image;
   size_t size;
   unsigned elf_flags;
+  int dev; /* the device whose context was current at load: its functions run there only */
 } vmodule;
 
 typedef struct {
@@ -851,7 +947,8 @@ static CUresult load_module(CUmodule *out, const void *image) {
   memcpy(m->image, img, size);
   m->size = size;
   m->elf_flags = ((const Elf64Hdr *)img)->e_flags;
-  g_ctx_active = 1;
+  m->dev = t_dev;
+  g_ctx_active[t_dev] = 1;
   *out = m;
   return CUDA_SUCCESS;
 }
@@ -970,16 +1067,49 @@ CUresult cuOccupancyMaxActiveClusters(int *n, CUfunction fn, const void *cfg) {
   return CUDA_SUCCESS;
 }
 
+/* Launchers check that each pointer argument is device memory (CUpointer_attribute values below). */
+CUresult cuPointerGetAttribute(void *data, int attr, CUdeviceptr ptr) {
+  COUNT(cuPointerGetAttribute);
+  if (!data) return CUDA_ERROR_INVALID_VALUE;
+  int dev = device_of((const void *)(uintptr_t)ptr);
+  if (dev < 0) return CUDA_ERROR_INVALID_VALUE; /* what the driver says for plain host memory */
+  switch (attr) {
+    case 1: *(CUcontext *)data = ctx_of(dev); break;          /* CONTEXT */
+    case 2: *(unsigned *)data = 2; break;                      /* MEMORY_TYPE: CU_MEMORYTYPE_DEVICE */
+    case 3: *(CUdeviceptr *)data = ptr; break;                 /* DEVICE_POINTER */
+    case 8: *(unsigned *)data = 0; break;                      /* IS_MANAGED */
+    case 9: *(int *)data = dev; break;                         /* DEVICE_ORDINAL */
+    default: return not_supported("cuPointerGetAttribute(attribute)");
+  }
+  return CUDA_SUCCESS;
+}
+
+/* A function runs only in the context it was loaded into, on a stream of that device, as on a
+ * real driver: a kernel bound to the wrong GPU fails here instead of passing unnoticed. */
+static CUresult check_launch_device(CUfunction fn, CUstream s) {
+  const vfunction *f = fn;
+  int sdev = stream_device(s);
+  if (!f || !f->mod || (f->mod->dev == t_dev && (sdev < 0 || sdev == t_dev))) return CUDA_SUCCESS;
+  fprintf(stderr, "pcompile vdev: kernel loaded on device %d launched with device %d current, stream of device %d\n",
+          f->mod->dev, t_dev, sdev);
+  return CUDA_ERROR_INVALID_HANDLE;
+}
+
 /* Driver-level launches (Triton's launcher, torch's static launcher): counted, swallowed. */
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shmem, CUstream s, void **params, void **extra) {
-  (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)s; (void)params; (void)extra;
+  (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)params; (void)extra;
   COUNT(cuLaunchKernel);
+  CUresult r = check_launch_device(f, s);
+  if (r != CUDA_SUCCESS) return r;
   return on_launch(NULL, "driver kernel") == cudaSuccess ? CUDA_SUCCESS : CUDA_ERROR_NOT_PERMITTED;
 }
+/* CUlaunchConfig starts with gridDimX..Z, blockDimX..Z, sharedMemBytes (7 unsigned), then hStream. */
 CUresult cuLaunchKernelEx(const void *cfg, CUfunction f, void **params, void **extra) {
-  (void)cfg; (void)f; (void)params; (void)extra;
+  (void)params; (void)extra;
   COUNT(cuLaunchKernel);
+  CUresult r = check_launch_device(f, cfg ? *(CUstream *)((const char *)cfg + 8 * sizeof(unsigned)) : NULL);
+  if (r != CUDA_SUCCESS) return r;
   return on_launch(NULL, "driver kernel") == cudaSuccess ? CUDA_SUCCESS : CUDA_ERROR_NOT_PERMITTED;
 }
 CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
@@ -994,7 +1124,6 @@ UNSUPPORTED(cuGetProcAddress_v2)
 UNSUPPORTED(cuGetExportTable)
 UNSUPPORTED(cuDeviceGetUuid)
 UNSUPPORTED(cuDeviceGetUuid_v2)
-UNSUPPORTED(cuPointerGetAttribute)
 UNSUPPORTED(cuPointerGetAttributes)
 UNSUPPORTED(cuTensorMapEncodeTiled)
 UNSUPPORTED(cuTensorMapEncodeIm2col)

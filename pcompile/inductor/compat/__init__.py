@@ -22,6 +22,7 @@ MODULES: tuple[str, ...] = (
     "autotune_choice",
     "backward_graph",
     "cudnn_version",
+    "device_index",
 )
 
 
