@@ -53,6 +53,16 @@ PRIVATE_SYMBOLS: list[tuple[str, str]] = [
 ]
 
 
+
+def _marked(fn: Any, concern: str) -> bool:
+    """Whether `fn` already carries this concern's wrapper. One marker per concern: several
+    concerns wrap the same function (functools.wraps copies the marks outward)."""
+    return concern in getattr(fn, "_pcompile_patches", ())
+
+
+def _mark(fn: Any, concern: str) -> None:
+    fn._pcompile_patches = (*getattr(fn, "_pcompile_patches", ()), concern)
+
 def torch_version() -> tuple[int, int]:
     major, minor = torch.__version__.split("+")[0].split(".")[:2]
     return int(major), int(minor)
@@ -80,6 +90,14 @@ def check() -> list[str]:
             _resolve(module, attr)
         except (ImportError, AttributeError):
             missing.append(f"{module}.{attr}")
+    # instance attributes the swap hook edits (allow_fake_param_moves)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    converter = FakeTensorMode().fake_tensor_converter
+    for owner, attr in ((converter, "constant_storage_mapping"), (converter.meta_converter, "tensor_memo"),
+                        (converter.meta_converter, "describer")):
+        if not hasattr(owner, attr):
+            missing.append(f"{type(owner).__qualname__}().{attr}")
     return missing
 
 
@@ -199,23 +217,32 @@ def allow_fake_param_moves() -> None:
     import torch.utils as tu
 
     original = tu.swap_tensors
-    if getattr(original, "_pcompile", False):
+    if _marked(original, "allow_fake_param_moves"):
         return
 
     def forget(mode: Any, pair: tuple[torch.Tensor, torch.Tensor]) -> None:
-        meta = mode.fake_tensor_converter.meta_converter
+        converter = mode.fake_tensor_converter
+        meta = converter.meta_converter
         for t in pair:
             meta.describer.lookup_tensor.pop(t, None)
         for key, value in list(meta.tensor_memo.items()):
             if value is pair[0] or value is pair[1]:
                 del meta.tensor_memo[key]
+        # one-element fakes carry their real value (`constant`) and sit weakly in the alias table
+        for key, refs in list(converter.constant_storage_mapping.items()):
+            kept = [r for r in refs if r() is not pair[0] and r() is not pair[1]]
+            if len(kept) != len(refs):
+                converter.constant_storage_mapping[key] = kept
+        for t in pair:
+            if is_fake(t) and getattr(t, "constant", None) is not None:
+                t.constant = None
 
     def swap_tensors(t1: torch.Tensor, t2: torch.Tensor) -> None:
         for mode in {id(t.fake_mode): t.fake_mode for t in (t1, t2) if is_fake(t)}.values():
             forget(mode, (t1, t2))
         return original(t1, t2)
 
-    swap_tensors._pcompile = True  # type: ignore[attr-defined]
+    _mark(swap_tensors, "allow_fake_param_moves")
     tu.swap_tensors = swap_tensors
 
 
@@ -274,7 +301,7 @@ def skip_kernel_launches(on_unselected: Callable[[str, int, Any], None]) -> None
     whose autotune winner could therefore not be measured (and may predict one)."""
     from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 
-    if getattr(CachingAutotuner.run, "_pcompile", False):
+    if _marked(CachingAutotuner.run, "skip_kernel_launches"):
         return
 
     def run(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -290,7 +317,7 @@ def skip_kernel_launches(on_unselected: Callable[[str, int, Any], None]) -> None
             on_unselected(getattr(self.fn, "__name__", "?"), n, self)
         return None
 
-    run._pcompile = True  # type: ignore[attr-defined]
+    _mark(run, "skip_kernel_launches")
     CachingAutotuner.run = run
 
 
@@ -318,7 +345,7 @@ def fold_constants_on_cpu() -> None:
     from torch._inductor.constant_folding import ConstantFolder
     from torch._inductor.fx_passes.joint_graph import UniformValueConstantFolder
 
-    if getattr(UniformValueConstantFolder.__init__, "_pcompile", False):
+    if _marked(UniformValueConstantFolder.__init__, "fold_constants_on_cpu"):
         return
     original_init = UniformValueConstantFolder.__init__
     original_run = ConstantFolder.run
@@ -335,7 +362,7 @@ def fold_constants_on_cpu() -> None:
         with _OnCpu():
             return original_run(self, *args, **kwargs)
 
-    init._pcompile = True  # type: ignore[attr-defined]
+    _mark(init, "fold_constants_on_cpu")
     UniformValueConstantFolder.__init__ = init
     ConstantFolder.run = run
 
@@ -346,7 +373,7 @@ def placeholder_repr_for_device_tensors() -> None:
     import torch._tensor_str as ts
 
     original = ts._str
-    if getattr(original, "_pcompile", False):
+    if _marked(original, "placeholder_repr_for_device_tensors"):
         return
 
     def _str(self: torch.Tensor, *, tensor_contents: Any = None) -> str:
@@ -354,7 +381,7 @@ def placeholder_repr_for_device_tensors() -> None:
             return f"tensor(<no values on the pcompile virtual device>, size={tuple(self.shape)}, dtype={self.dtype}, device='{self.device}')"
         return original(self, tensor_contents=tensor_contents)
 
-    _str._pcompile = True  # type: ignore[attr-defined]
+    _mark(_str, "placeholder_repr_for_device_tensors")
     ts._str = _str
 
 
@@ -400,7 +427,7 @@ def during_inductor_compile(enter: Callable[[], None], leave: Callable[[], None]
     (forward, and the lazily compiled backward), the windows where strict mode applies."""
     import torch._inductor.compile_fx as cfx
 
-    if getattr(cfx._compile_fx_inner, "_pcompile", False):
+    if _marked(cfx._compile_fx_inner, "during_inductor_compile"):
         return
 
     def windowed(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -412,7 +439,7 @@ def during_inductor_compile(enter: Callable[[], None], leave: Callable[[], None]
             finally:
                 leave()
 
-        inner._pcompile = True  # type: ignore[attr-defined]
+        _mark(inner, "during_inductor_compile")
         return inner
 
     cfx.joint_graph_passes = windowed(cfx.joint_graph_passes)
@@ -427,7 +454,7 @@ def normalize_graphs_before_inductor(normalize: Callable[[Any], Any]) -> None:
     import torch._inductor.compile_fx as cfx
 
     original = cfx.compile_fx
-    if getattr(original, "_pcompile", False):
+    if _marked(original, "normalize_graphs_before_inductor"):
         return
 
     @functools.wraps(original)
@@ -436,7 +463,7 @@ def normalize_graphs_before_inductor(normalize: Callable[[Any], Any]) -> None:
             model = normalize(model)
         return original(model, *args, **kwargs)
 
-    compile_fx._pcompile = True  # type: ignore[attr-defined]
+    _mark(compile_fx, "normalize_graphs_before_inductor")
     cfx.compile_fx = compile_fx
 
 
@@ -512,7 +539,7 @@ def no_gpu_timing_in_pad_mm(on_guess: Callable[[], None], harmless: Callable[[],
     is a context manager that exempts them from strict mode."""
     from torch._inductor.fx_passes import pad_mm
 
-    if getattr(pad_mm._should_pad, "_pcompile", False):
+    if _marked(pad_mm._should_pad, "no_gpu_timing_in_pad_mm"):
         return
     original = pad_mm._should_pad
 
@@ -531,7 +558,7 @@ def no_gpu_timing_in_pad_mm(on_guess: Callable[[], None], harmless: Callable[[],
             on_guess()
             return pad_mm_prediction() == "pad"
 
-    _should_pad._pcompile = True  # type: ignore[attr-defined]
+    _mark(_should_pad, "no_gpu_timing_in_pad_mm")
     pad_mm.get_do_bench = get_do_bench
     pad_mm._should_pad = _should_pad
 
@@ -555,7 +582,7 @@ def fake_gpu_timings(on_fake: Callable[[str], None]) -> None:
     from torch._inductor.runtime import benchmarking
 
     classes = {benchmarking.Benchmarker, type(benchmarking.benchmarker)}
-    if getattr(benchmarking.Benchmarker.benchmark_gpu, "_pcompile", False):
+    if _marked(benchmarking.Benchmarker.benchmark_gpu, "fake_gpu_timings"):
         return
 
     def faked(what: str, original: Callable[..., Any], gpu: Callable[..., bool]) -> Callable[..., Any]:
@@ -567,7 +594,7 @@ def fake_gpu_timings(on_fake: Callable[[str], None]) -> None:
             on_fake(what)
             return 1.0
 
-        bench._pcompile = True  # type: ignore[attr-defined]
+        _mark(bench, "fake_gpu_timings")
         return bench
 
     def on_gpu(self: Any, fn: Any = None, fn_args: Any = None, fn_kwargs: Any = None, device: Any = None, **kw: Any) -> bool:
@@ -597,7 +624,7 @@ def keep_tuned_graphs_unpublished(on_skip: Callable[[str], None]) -> None:
     from torch._functorch._aot_autograd import autograd_cache as ac
     from torch._inductor.codecache import FxGraphCache
 
-    if getattr(FxGraphCache._save_graph, "_pcompile", False):
+    if _marked(FxGraphCache._save_graph, "keep_tuned_graphs_unpublished"):
         return
     save_graph, save_aot, inner, aot_key = FxGraphCache._save_graph, ac.AOTAutogradCache.save, cfx._compile_fx_inner, ac.autograd_cache_key
 
@@ -628,7 +655,7 @@ def keep_tuned_graphs_unpublished(on_skip: Callable[[str], None]) -> None:
         return aot_key(*args, **kwargs)
 
     for fn in (_save_graph, save, _compile_fx_inner, autograd_cache_key):
-        fn._pcompile = True  # type: ignore[attr-defined]
+        _mark(fn, "keep_tuned_graphs_unpublished")
     FxGraphCache._save_graph = staticmethod(_save_graph)
     ac.AOTAutogradCache.save = staticmethod(save)
     cfx._compile_fx_inner = _compile_fx_inner
@@ -642,14 +669,14 @@ def no_cuda_graph_capture(on_skip: Callable[[], None]) -> None:
     import torch._inductor.compile_fx as cfx
     import torch._inductor.cudagraph_trees as trees
 
-    if getattr(trees.cudagraphify_impl, "_pcompile", False):
+    if _marked(trees.cudagraphify_impl, "no_cuda_graph_capture"):
         return
 
     def skip(model: Callable[..., Any], *args: Any, **kwargs: Any) -> Callable[..., Any]:
         on_skip()
         return model
 
-    skip._pcompile = True  # type: ignore[attr-defined]
+    _mark(skip, "no_cuda_graph_capture")
     trees.cudagraphify_impl = skip
     cfx.cudagraphify_impl = skip
 
@@ -660,13 +687,13 @@ def grad_scaler_assumes_finite() -> None:
     optimizer step is still compiled."""
     from torch.amp.grad_scaler import GradScaler
 
-    if getattr(GradScaler._maybe_opt_step, "_pcompile", False):
+    if _marked(GradScaler._maybe_opt_step, "grad_scaler_assumes_finite"):
         return
 
     def _maybe_opt_step(self: Any, optimizer: Any, optimizer_state: Any, *args: Any, **kwargs: Any) -> Any:
         return optimizer.step(*args, **kwargs)
 
-    _maybe_opt_step._pcompile = True  # type: ignore[attr-defined]
+    _mark(_maybe_opt_step, "grad_scaler_assumes_finite")
     GradScaler._maybe_opt_step = _maybe_opt_step
 
 

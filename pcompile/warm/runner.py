@@ -126,8 +126,7 @@ def check_cuda_abi() -> None:
 
 
 def software_here() -> dict[str, Any]:
-    """torch, triton and cuDNN versions of this process. Called in the warm child only: asking
-    cuDNN its version loads the CUDA driver, which must be the virtual one."""
+    """torch, triton and cuDNN versions of this process (the warm child's; cuDNN asked without a CUDA init)."""
     import torch
 
     local: dict[str, Any] = {"torch": torch.__version__}
@@ -137,7 +136,9 @@ def software_here() -> dict[str, Any]:
         local["triton"] = triton.__version__
     except ImportError:
         local["triton"] = None
-    local["cudnn"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    from pcompile.inductor.compat import cudnn_version
+
+    local["cudnn"] = cudnn_version.version()
     return local
 
 
