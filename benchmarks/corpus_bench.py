@@ -3,7 +3,8 @@ then the GPU job through pcompile, side by side with stock torch.compile cold an
 
     python benchmarks/corpus_bench.py [--cases a,b] [--steps 10] [--out DIR] [--small]
 
-Per case, in fresh cache dirs under --out:
+Per case, in fresh cache dirs under --out (the warms of all cases first, --parallel-warms at a time,
+then each case's GPU jobs alone on the GPU):
 1. `pcompile warm SCRIPT --target h100 -- ARGS` while nvidia-smi is sampled every 0.5 s: the warm
    must finish with no process on the GPU;
 2. the GPU job with pcompile (`PCOMPILE=1`, the warm's cache dir), measured by corpus_probe.py;
@@ -22,6 +23,7 @@ import shlex
 import subprocess
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 import time
 from pathlib import Path
 from typing import Any
@@ -83,30 +85,51 @@ def job_cmd(case: dict[str, Any], ranks: int, out_json: Path, steps: int, args: 
     return [sys.executable, *probe]
 
 
-def bench_case(case: dict[str, Any], work: Path, steps: int, small: bool, timeout: float, root: Path = CORPUS,
-               cold: bool = False) -> dict[str, Any]:
+def _case_args(case: dict[str, Any], small: bool) -> list[str]:
+    value = case["args_small" if small else "args_full"]
+    return shlex.split(value) if isinstance(value, str) else list(value)
+
+
+def _ranks(case: dict[str, Any]) -> int:
+    return min(int(case.get("world_size") or 0), max(gpus(), 1)) if case.get("world_size") else 0
+
+
+def _base_env(case: dict[str, Any]) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("PCOMPILE", "TORCHINDUCTOR", "TRITON_CACHE"))}
+    base.update(case.get("env") or {})
+    return base
+
+
+def warm_case(case: dict[str, Any], work: Path, small: bool, timeout: float, root: Path = CORPUS) -> dict[str, Any]:
+    """Setup, then the warm with the GPU watched. Needs no GPU, so several run side by side."""
     work.mkdir(parents=True, exist_ok=True)
     cwd = root / case.get("cwd", ".")
-    args = shlex.split(case["args_small" if small else "args_full"]) if isinstance(case.get("args_full"), str) else \
-        list(case["args_small" if small else "args_full"])
-    ranks = min(int(case.get("world_size") or 0), max(gpus(), 1)) if case.get("world_size") else 0
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("PCOMPILE", "TORCHINDUCTOR", "TRITON_CACHE"))}
+    ranks, base = _ranks(case), _base_env(case)
     res: dict[str, Any] = {"case": case["name"], "ranks": ranks or 1}
     if case.get("setup"):
-        rc, _ = _run(shlex.split(case["setup"]) if isinstance(case["setup"], str) else case["setup"], dict(base), cwd, work / "setup.log", timeout)
+        setup = shlex.split(case["setup"]) if isinstance(case["setup"], str) else list(case["setup"])
+        setup = [sys.executable if a == "python" else a for a in setup] + ([] if small else ["--full"])
+        rc, _ = _run(setup, dict(base), cwd, work / "setup.log", timeout)
         if rc != 0:
             res["error"] = f"setup failed ({rc}), see {work / 'setup.log'}"
             return res
-    pc = work / "pcompile-cache"
     warm = [sys.executable, "-m", "pcompile.cli.main", "warm", str(root / case["script"]), "--target", "h100",
-            "--cache-dir", str(pc), "--json"] + (["--world-size", str(ranks)] if ranks else []) + ["--", *args]
+            "--cache-dir", str(work / "pcompile-cache"), "--json"] + (["--world-size", str(ranks)] if ranks else []) + \
+        list(case.get("warm_args") or []) + ["--", *_case_args(case, small)]
     with GpuWatch() as watch:
         rc, secs = _run(warm, dict(base, PCOMPILE_PROGRESS="0"), cwd, work / "warm.log", timeout)
     lines = [ln for ln in (work / "warm.log").read_text(errors="replace").splitlines() if ln.startswith("{")]
     rep = json.loads(lines[-1]) if lines else {}
     res.update(warm_rc=rc, warm_s=round(secs, 1), gpu_used_by_warm=sorted(watch.seen),
                warm_error=(rep.get("report") or {}).get("error"))
-    runs = {"pcompile_after_warm": dict(base, PCOMPILE="1", PCOMPILE_CACHE_DIR=str(pc)),
+    return res
+
+
+def gpu_jobs(case: dict[str, Any], res: dict[str, Any], work: Path, steps: int, small: bool, timeout: float,
+             root: Path = CORPUS, cold: bool = False) -> dict[str, Any]:
+    """The GPU job after the warm, stock cold and stock hot (and pcompile cold), one after another."""
+    cwd, ranks, base, args = root / case.get("cwd", "."), _ranks(case), _base_env(case), _case_args(case, small)
+    runs = {"pcompile_after_warm": dict(base, PCOMPILE="1", PCOMPILE_CACHE_DIR=str(work / "pcompile-cache")),
             "stock_cold": dict(base, PCOMPILE_DISABLE="1", TORCHINDUCTOR_CACHE_DIR=str(work / "stock"),
                                TRITON_CACHE_DIR=str(work / "stock" / "triton"))}
     runs["stock_hot"] = runs["stock_cold"]
@@ -118,12 +141,12 @@ def bench_case(case: dict[str, Any], work: Path, steps: int, small: bool, timeou
         r = json.loads(out.read_text()) if out.exists() else {}
         res[name] = {"rc": rc, "first_step_s": r.get("first_step_s"), "fx": r.get("fx"), "aot": r.get("aot"),
                      "losses": r.get("losses"), "status": r.get("status")}
-    pcj, hot, cold = res["pcompile_after_warm"], res["stock_hot"], res["stock_cold"]
-    if pcj.get("first_step_s") and hot.get("first_step_s") and cold.get("first_step_s"):
+    pcj, hot, cold_run = res["pcompile_after_warm"], res["stock_hot"], res["stock_cold"]
+    if pcj.get("first_step_s") and hot.get("first_step_s") and cold_run.get("first_step_s"):
         res["after_warm_over_stock_hot"] = round(pcj["first_step_s"] / hot["first_step_s"], 3)
-        res["after_warm_over_stock_cold"] = round(pcj["first_step_s"] / cold["first_step_s"], 3)
-    if res.get("pcompile_cold", {}).get("first_step_s") and cold.get("first_step_s"):
-        res["pcompile_cold_over_stock_cold"] = round(res["pcompile_cold"]["first_step_s"] / cold["first_step_s"], 3)
+        res["after_warm_over_stock_cold"] = round(pcj["first_step_s"] / cold_run["first_step_s"], 3)
+    if res.get("pcompile_cold", {}).get("first_step_s") and cold_run.get("first_step_s"):
+        res["pcompile_cold_over_stock_cold"] = round(res["pcompile_cold"]["first_step_s"] / cold_run["first_step_s"], 3)
     la, lb = pcj.get("losses") or [], hot.get("losses") or []
     pairs = [(x, y) for x, y in zip(la, lb) if x is not None and y is not None]
     res["max_abs_dloss"] = round(max((abs(x - y) for x, y in pairs), default=float("nan")), 5) if pairs else None
@@ -150,6 +173,8 @@ def main() -> int:
     ap.add_argument("--small", action="store_true", help="the CI-size arguments (a quick check of the harness)")
     ap.add_argument("--timeout", type=float, default=400)
     ap.add_argument("--cold", action="store_true", help="also run pcompile with an empty cache (cold) against stock cold")
+    ap.add_argument("--parallel-warms", type=int, default=1,
+                    help="warm this many cases side by side first (CPU only), then run the GPU jobs one by one")
     ap.add_argument("--cases-file", default=str(CORPUS / "cases.json"), help="cases.json; scripts and cwd are relative to its folder")
     a = ap.parse_args()
     cases_file = Path(a.cases_file).resolve()
@@ -158,9 +183,16 @@ def main() -> int:
     cases = [c for c in cases if not wanted or c["name"] in wanted]
     print("| case | ranks | warm | FX hits | AOT hits | first step after warm (s) | stock hot (s) | stock cold (s) | / stock hot | / stock cold | max abs dloss | pcompile cold / stock cold |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    root = cases_file.parent
+    work = {c["name"]: Path(a.out) / c["name"] for c in cases}
+    with ThreadPoolExecutor(max(1, a.parallel_warms)) as pool:  # warms use CPUs only: side by side
+        warmed = dict(zip((c["name"] for c in cases),
+                          pool.map(lambda c: warm_case(c, work[c["name"]], a.small, a.timeout, root), cases)))
     for case in cases:
-        r = bench_case(case, Path(a.out) / case["name"], a.steps, a.small, a.timeout, cases_file.parent, a.cold)
-        Path(a.out, case["name"], "result.json").write_text(json.dumps(r))
+        r = warmed[case["name"]]
+        if "error" not in r and r.get("warm_rc") == 0:  # a failed warm's row says so; no GPU time spent on it
+            r = gpu_jobs(case, r, work[case["name"]], a.steps, a.small, a.timeout, root, a.cold)
+        Path(work[case["name"]], "result.json").write_text(json.dumps(r))
         print(row(r), flush=True)
         print("json:", json.dumps(r, default=str), file=sys.stderr, flush=True)
     return 0

@@ -36,7 +36,7 @@ def _warm(case: dict, cache: Path) -> tuple[int, dict, str]:
            "--cache-dir", str(cache), "--json"]
     if case.get("world_size"):
         cmd += ["--world-size", str(case["world_size"])]
-    cmd += ["--", *_args(case.get("args_small"))]
+    cmd += [*_args(case.get("warm_args")), "--", *_args(case.get("args_small"))]
     env = dict(os.environ, PCOMPILE_PROGRESS="0")
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, env=env, cwd=str(CORPUS / case.get("cwd", ".")))
     last = [line for line in out.stdout.splitlines() if line.startswith("{")]

@@ -140,3 +140,34 @@ def test_strict_mode_catches_a_planted_device_computation(tmp_path):
 def test_virtual_device_never_in_the_pytest_process():
     assert not preload.loaded_here()
     assert "libcuda.so.1" not in os.environ.get("LD_PRELOAD", "")
+
+
+def test_steps_all_runs_to_the_end_and_warms_the_eval_after_the_epoch(tmp_path):
+    """An eval after the last training step (the end of an epoch) is compiled only when the warm
+    lets the script run to its end; with the default 2 steps it is never reached."""
+    script = tmp_path / "epoch_then_eval.py"
+    script.write_text(textwrap.dedent("""\
+        import torch
+        m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).cuda()
+        cm = torch.compile(m)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        for step in range(3):
+            loss = cm(torch.randn(8, 16, device="cuda")).pow(2).mean()
+            loss.backward()
+            opt.step(); opt.zero_grad()
+        m.eval()
+        with torch.no_grad():
+            print("eval", float(cm(torch.randn(8, 16, device="cuda")).sum()))
+        """))
+    rc, res, log = warm(script, tmp_path / "c2", env=STOCK)
+    assert rc == 0, log[-3000:]
+    assert res["report"]["status"] == "stopped" and "eval 0.0" not in log
+    two_steps = res["report"]["counters"]["inductor"]["fxgraph_cache_miss"]
+    rc, res, log = warm(script, tmp_path / "call", "--steps", "all", env=STOCK)
+    assert rc == 0, log[-3000:]
+    rep = res["report"]
+    assert rep["status"] == "completed" and rep["steps_done"] == 3 and "eval 0.0" in log, log[-3000:]
+    # the training graph (forward + backward), then the inference graph under no_grad
+    assert rep["counters"]["inductor"]["fxgraph_cache_miss"] == two_steps + 1, rep["counters"]
+    rc, _, log = warm(script, tmp_path / "cbad", "--steps", "none", env=STOCK)
+    assert rc != 0 and "--steps takes a number of steps or 'all'" in log

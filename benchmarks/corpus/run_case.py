@@ -115,7 +115,8 @@ def main(argv=None) -> int:
     env["PCOMPILE_CACHE_DIR"] = cache
     script_args = case["args_full" if args.full else "args_small"]
     ws = ["--world-size", str(case["world_size"])] if case["world_size"] else []
-    warm = [sys.executable, "-m", "pcompile.cli.main", "warm", script, "--target", "h100", *ws, "--", *script_args]
+    warm = [sys.executable, "-m", "pcompile.cli.main", "warm", script, "--target", "h100", *ws,
+            *case.get("warm_args", []), "--", *script_args]
     rc, secs, out = _run(warm, cwd, env, args.timeout)
     keep("warm", out)
     report = [ln for ln in out.splitlines() if ln.strip()][-25:]

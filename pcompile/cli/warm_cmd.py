@@ -8,9 +8,24 @@ import sys
 from pcompile.cli.common import add_common
 
 
+def _steps(value: str) -> int:
+    """'all' is 0: no step limit."""
+    if value == "all":
+        return 0
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--steps takes a number of steps or 'all', not {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError("--steps must be at least 1 (or 'all' to run the script to its end)")
+    return n
+
+
 def _add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default=None, help="device profile: built-in name (h100, sm_90) or a file from `pcompile profile`")
-    p.add_argument("--steps", type=int, default=2, help="training steps to run (default 2: step 2 catches recompiles)")
+    p.add_argument("--steps", type=_steps, default=2,
+                   help="training steps to run (default 2: step 2 catches recompiles), or 'all': the script runs to its "
+                        "end, so graphs that only run later (an eval at the end of an epoch, a last short batch) are warmed too")
     p.add_argument("--world-size", type=int, default=0, help="run as rank 0 of W with a fake process group and W virtual GPUs (torchrun-style scripts: DDP, FSDP2)")
     p.add_argument("--ranks", default="0", help="with --world-size: which ranks to run, 'all' or e.g. 0,3 (for jobs whose ranks run different programs)")
     p.add_argument("--check", action="store_true", help="also report what fraction of lookups hit before this run")

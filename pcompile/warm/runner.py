@@ -31,7 +31,7 @@ class WarmOptions:
     script: str
     script_args: list[str] = field(default_factory=list)
     target: str | None = None
-    steps: int = 2
+    steps: int = 2  # 0: no limit (`--steps all`)
     world_size: int = 0
     ranks: str = "0"
     strict: bool = False
@@ -159,7 +159,7 @@ def _wait(proc: subprocess.Popen, progress_file: Path, steps: int, timeout: floa
 
     start = time.monotonic()
     seen = 0
-    with progress(total=steps, desc="warming") as bar:
+    with progress(total=steps or None, desc="warming") as bar:
         while True:
             try:
                 rc = proc.wait(timeout=0.5)
@@ -182,8 +182,8 @@ def run_warm(opts: WarmOptions) -> WarmResult:
     script = Path(opts.script)
     if not script.is_file():
         raise PcompileError(f"script {opts.script} not found; pass the training script as `pcompile warm SCRIPT`")
-    if opts.steps < 1:
-        raise PcompileError("--steps must be at least 1")
+    if opts.steps < 0:
+        raise PcompileError("--steps must be at least 1, or 0 ('all') to run the script to its end")
     settings = Settings.from_env(cache_dir=opts.cache_dir, shared_dir=opts.shared_dir)
     profile = resolve(opts.target)
     check_cuda_abi()

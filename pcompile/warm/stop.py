@@ -29,7 +29,7 @@ class StepCounter:
         self._original = original = torch.autograd.backward
 
         def backward(*args, **kwargs):
-            if self.done >= self.steps:
+            if self.steps and self.done >= self.steps:  # 0: no limit, the script runs to its end
                 raise WarmStop(f"stopped after {self.steps} steps")
             result = original(*args, **kwargs)
             self.done += 1
