@@ -114,3 +114,17 @@ def test_read_sites_name_the_script_line(tmp_path):
         assert rows and rows[0]["line"] == 3 and rows[0]["count"] == 3 and rows[0]["how"] == ["item"]
     finally:
         reads.set_script("")
+
+
+def test_higher_order_operators_get_fake_tensor_modes_rule(scoped):
+    """HOPs look their rule up by the mode's exact type; activation checkpointing's rng wrappers
+    (graphsafe_run_with_rng_state on torch 2.11, timm's ViT with --grad-checkpointing) reach the
+    device-scoped mode and must get FakeTensorMode's rule, not NotImplementedError."""
+    from torch._prims.rng_prims import run_with_rng_state
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    mode, _ = scoped
+    with mode:
+        x = torch.randn(4, device="cuda")
+        out = run_with_rng_state(torch.zeros(16, dtype=torch.uint8), torch.ops.aten.mul.Tensor, x, x)
+    assert isinstance(out, FakeTensor) and out.device.type == "cuda" and out.shape == (4,)

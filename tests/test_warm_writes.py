@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from pcompile.warm import writes
+
 PROBE = textwrap.dedent("""\
     import json, os, shutil, subprocess, sys, tempfile
     from pathlib import Path
@@ -31,6 +33,9 @@ PROBE = textwrap.dedent("""\
     with mode:
         fake = torch.empty(3, device="cuda")
     torch.save({"w": fake, "step": 3}, "out/ckpt.pt")        # virtual tensors: skipped
+    torch.save({"w": fake}, "out/tmp.pth.tar")              # timm's CheckpointSaver: save to tmp,
+    os.replace("out/tmp.pth.tar", "out/last.pth.tar")        # then rename it to last,
+    os.link("out/last.pth.tar", "out/best.pth.tar")          # then hard-link best to it
     os.remove("precious.txt")                                # the user's file: never deleted
     shutil.rmtree("olddir")
     (cache / "entry").write_text("cache")                    # pcompile's cache dir: left alone
@@ -67,7 +72,11 @@ def test_user_tree_untouched_and_the_script_still_sees_its_writes(tmp_path):
     mirror = Path(s["dir"] + str(user))
     assert out["log_reads_back"] == "from the warm\n" == (mirror / "out" / "log.txt").read_text()
     assert (mirror / "out" / "notes2.txt").read_text() == "x" and (mirror / "out" / "real.pt").exists()
-    assert s["n_skipped_saves"] == 1 and "ckpt.pt" in s["skipped_saves"][0]
+    assert s["n_skipped_saves"] == 2 and "ckpt.pt" in s["skipped_saves"][0]
+    # a skipped save leaves a stub in the run dir only, which the script's rename and link move
+    assert (mirror / "out" / "best.pth.tar").read_bytes() == (mirror / "out" / "last.pth.tar").read_bytes() == writes.STUB
+    assert not (mirror / "out" / "tmp.pth.tar").exists()
+    assert not any((user / "out" / n).exists() for n in ("tmp.pth.tar", "last.pth.tar", "best.pth.tar"))
     assert len(s["skipped_deletes"]) == 2
     # pcompile's cache and tempfile scratch dirs are real
     assert (cache / "entry").read_text() == "cache" and out["tempdir_native"] == "native\n"

@@ -158,6 +158,7 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
     compat.fold_constants_on_cpu()
     compat.placeholder_repr_for_device_tensors()
     compat.grad_scaler_assumes_finite()
+    compat.real_checkpoint_loads()
     report["cudagraphs_skipped"] = 0
 
     def on_cudagraph_skip() -> None:

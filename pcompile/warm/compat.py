@@ -50,6 +50,7 @@ PRIVATE_SYMBOLS: list[tuple[str, str]] = [
     ("torch._inductor.codecache.FxGraphCache", "_save_graph"),
     ("torch._inductor.runtime.benchmarking", "Benchmarker"),
     ("torch._inductor.runtime.benchmarking", "benchmarker"),
+    ("torch._subclasses.fake_tensor", "unset_fake_temporarily"),
 ]
 
 
@@ -142,8 +143,22 @@ def new_fake_mode(on_host_read: Callable[[str], None]) -> Any:
         return False
 
     class DeviceScopedFakeMode(FakeTensorMode):
+        # Higher-order operators (activation checkpointing's graphsafe_run_with_rng_state, ...)
+        # look their rule up by the mode's exact type: they reach __torch_dispatch__ instead,
+        # which hands them FakeTensorMode's rule.
+        supports_higher_order_operators = True
+
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             kwargs = kwargs or {}
+            if isinstance(func, torch._ops.HigherOrderOperator):
+                rule = func.python_key_table.get(FakeTensorMode)
+                if rule is None or getattr(local, "hop", None) is func:  # newer torch: the rule comes back here
+                    return super().__torch_dispatch__(func, types, args, kwargs)
+                outer, local.hop = getattr(local, "hop", None), func
+                try:
+                    return rule(self, *args, **kwargs)  # the HOP has popped this mode, as for an exact-type rule
+                finally:
+                    local.hop = outer
             depth = getattr(local, "depth", 0)  # > 0: inside fake tensor's own decompositions
             if depth == 0 and not any(virtual(x) for x in tree_flatten((args, kwargs))[0]):
                 return func(*args, **kwargs)  # a host op: run it for real
@@ -679,6 +694,30 @@ def no_cuda_graph_capture(on_skip: Callable[[], None]) -> None:
     _mark(skip, "no_cuda_graph_capture")
     trees.cudagraphify_impl = skip
     cfx.cudagraphify_impl = skip
+
+
+def real_checkpoint_loads() -> None:
+    """torch.load under an active fake mode builds meta storages (torch.serialization's own rule
+    for tracing), so a checkpoint loaded into a CPU model fails ("Cannot copy out of meta tensor")
+    and the GPU job's weights would differ from nothing the warm saw. Checkpoints are host data:
+    load them for real, outside the fake mode. Storages mapped to CUDA land in the virtual
+    device's memory and become fakes where they meet the first CUDA op, like any CUDA tensor."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    original = torch.load
+    if _marked(original, "real_checkpoint_loads"):
+        return
+
+    @functools.wraps(original)
+    def load(*args: Any, **kwargs: Any) -> Any:
+        if active_fake_mode() is None:
+            return original(*args, **kwargs)
+        with unset_fake_temporarily():
+            return original(*args, **kwargs)
+
+    _mark(load, "real_checkpoint_loads")
+    torch.load = load
+    torch.serialization.load = load
 
 
 def grad_scaler_assumes_finite() -> None:

@@ -6,9 +6,10 @@ files. What this does, in the warm process only:
 
 - `torch.save` / `safetensors.torch.save_file|save_model` of anything holding a virtual tensor is
   skipped and counted (a checkpoint of placeholder weights is worthless and could overwrite a
-  real one).
+  real one); where it named a path, a one-line stub stands in for it in the run dir, so the
+  script's rename/link of the fresh checkpoint still works.
 - Every other write through Python -- `open()` for writing, `os.open` with write flags,
-  `os.makedirs`/`mkdir`, `os.rename`/`replace`, `os.remove`/`unlink`, `shutil.rmtree` -- is
+  `os.makedirs`/`mkdir`, `os.rename`/`replace`/`link`/`symlink`, `os.remove`/`unlink`, `shutil.rmtree` -- is
   redirected to `<run dir>/files/<absolute original path>`, and later reads of such a path read
   the redirected copy, so a script that writes then reads its own files still works. Deleting a
   file that exists only in the user's tree is skipped. The report prints the run dir.
@@ -36,6 +37,7 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 _PCOMPILE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
+STUB = b"pcompile warm: a save of virtual GPU tensors was skipped here; this file only stands in for it\n"
 _TEMPFILE = os.path.abspath(tempfile.__file__)
 _STDLIB = os.path.dirname(os.path.abspath(os.__file__)) + os.sep
 
@@ -129,10 +131,16 @@ class Writes:
             pass  # unpicklable objects: torch.save would fail on them too; what was seen counts
         return found
 
-    def skip_save(self, what: str, dest: Any) -> None:
+    def skip_save(self, what: str, dest: Any, write: Callable[[Any, bytes], None]) -> None:
+        """Count the skipped save; a path gets a small stub in the run dir, so the script's next
+        move of it (save to tmp, then rename to last.pth, link to best.pth) still finds a file."""
         site = reads.user_site()
         with self._lock:
             self.skipped_saves.append(f"{site[0]}:{site[1]} {what}({os.fspath(dest) if isinstance(dest, (str, os.PathLike)) else type(dest).__name__})")
+        if isinstance(dest, (str, os.PathLike)):  # never over a file outside the run dir and the script's own temp dirs
+            mapped = self.target(dest)
+            if mapped is not dest or _under(os.path.realpath(os.fsdecode(os.fspath(dest))), self.made_temp):
+                write(mapped, STUB)
 
     def summary(self) -> dict[str, Any]:
         return {"dir": str(self.files), "redirected": sorted(self.redirected)[:50], "n_redirected": len(self.redirected),
@@ -163,6 +171,7 @@ def install(w: Writes) -> None:
     o_open, o_osopen = builtins.open, os.open
     o_makedirs, o_mkdir = os.makedirs, os.mkdir
     o_rename, o_replace, o_remove, o_unlink, o_rmtree = os.rename, os.replace, os.remove, os.unlink, shutil.rmtree
+    o_link, o_symlink = os.link, os.symlink
     o_save = torch.save
 
     def open_(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
@@ -214,9 +223,13 @@ def install(w: Writes) -> None:
 
         return delete
 
+    def stub(path: Any, data: bytes) -> None:
+        with o_open(path, "wb") as fh:
+            fh.write(data)
+
     def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> None:
         if w.holds_virtual(obj):
-            w.skip_save("torch.save", f)
+            w.skip_save("torch.save", f, stub)
             return None
         return o_save(obj, w.target(f) if isinstance(f, (str, os.PathLike)) else f, *args, **kwargs)
 
@@ -225,10 +238,19 @@ def install(w: Writes) -> None:
     os.makedirs, os.mkdir = makedirs, mkdir  # type: ignore[assignment]
     tempfile.mkdtemp = mkdtemp  # type: ignore[assignment]
     os.rename, os.replace = moved(o_rename), moved(o_replace)  # type: ignore[assignment]
+    os.link, os.symlink = moved(o_link), moved(o_symlink)  # type: ignore[assignment]
     os.remove, os.unlink = deleted(o_remove, "os.remove"), deleted(o_unlink, "os.unlink")  # type: ignore[assignment]
     shutil.rmtree = deleted(o_rmtree, "shutil.rmtree")  # type: ignore[assignment]
     torch.save = save  # type: ignore[assignment]
     _wrap_safetensors(w)
+
+
+def _write_stub(path: Any, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)  # redirected already; os.open is wrapped
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
 
 
 def _wrap_safetensors(w: Writes) -> None:
@@ -246,7 +268,7 @@ def _wrap_safetensors(w: Writes) -> None:
             def saver(obj: Any, filename: Any, *args: Any, **kwargs: Any) -> Any:
                 tensors = obj.state_dict() if name == "save_model" else obj
                 if w.holds_virtual(tensors):
-                    w.skip_save(f"safetensors.{name}", filename)
+                    w.skip_save(f"safetensors.{name}", filename, _write_stub)
                     return None
                 return original(obj, w.target(filename), *args, **kwargs)
 
