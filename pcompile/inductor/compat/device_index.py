@@ -6,7 +6,7 @@ to 2.14 (read in 2.11.0 and 2.14.1; same names, same call sites in both):
 
 Keys
   torch._inductor.codecache.compiled_fx_graph_hash(gm, example_inputs, fx_kwargs, inputs_to_check)
-  torch._functorch._aot_autograd.autograd_cache.autograd_cache_key(gm, example_inputs, ...)
+  torch._functorch._aot_autograd.autograd_cache.autograd_cache_key(gm, example_inputs, ...)  (first named mod on 2.12+)
       both looked up by module global at their one call site; wrapped so each runs inside the
       policy's key scope.
   torch._inductor.codecache.FxGraphCachePickler.__init__(self, gm, ...)
@@ -136,8 +136,8 @@ def check() -> None:
     if _params(fx_hash)[:2] != ["gm", "example_inputs"]:
         raise CompatError(f"compiled_fx_graph_hash takes {_params(fx_hash)}, expected (gm, example_inputs, ...)")
     aot_key = require_attr(autograd_cache, "autograd_cache_key", "torch._functorch._aot_autograd.autograd_cache")
-    if _params(aot_key)[:2] != ["mod", "example_inputs"]:
-        raise CompatError(f"autograd_cache_key takes {_params(aot_key)}, expected (mod, example_inputs, ...)")
+    if _params(aot_key)[:2] not in (["mod", "example_inputs"], ["gm", "example_inputs"]):  # 2.12+ / 2.11
+        raise CompatError(f"autograd_cache_key takes {_params(aot_key)}, expected (mod or gm, example_inputs, ...)")
     pickler = require_attr(codecache, "FxGraphCachePickler", "torch._inductor.codecache")
     if _params(pickler.__init__)[:2] != ["self", "gm"]:
         raise CompatError("FxGraphCachePickler.__init__ no longer takes gm first")
