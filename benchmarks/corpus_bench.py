@@ -91,6 +91,7 @@ def bench_case(case: dict[str, Any], work: Path, steps: int, small: bool, timeou
         list(case["args_small" if small else "args_full"])
     ranks = min(int(case.get("world_size") or 0), max(gpus(), 1)) if case.get("world_size") else 0
     base = {k: v for k, v in os.environ.items() if not k.startswith(("PCOMPILE", "TORCHINDUCTOR", "TRITON_CACHE"))}
+    base.update({k: str(v) for k, v in (case.get("env") or {}).items()})  # the case's own variables (cases.json "env")
     res: dict[str, Any] = {"case": case["name"], "ranks": ranks or 1}
     if case.get("setup"):
         rc, _ = _run(shlex.split(case["setup"]) if isinstance(case["setup"], str) else case["setup"], dict(base), cwd, work / "setup.log", timeout)
