@@ -153,6 +153,7 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
 
     compat.allow_fake_param_moves()
     compat.keep_parameters_when_moved()
+    compat.load_cuda_checkpoints_as_fakes()
     compat.route_wrapper_allocations()
     compat.skip_kernel_launches(on_unselected)
     compat.fold_constants_on_cpu()

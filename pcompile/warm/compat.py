@@ -196,6 +196,18 @@ def new_fake_mode(on_host_read: Callable[[str], None]) -> Any:
 
             return tree_map(back, out)
 
+    # Higher-order operators find a mode's rule by its exact type (HigherOrderOperator.dispatch looks
+    # up type(mode) in python_key_table), so FakeTensorMode's rules -- register_fake's redirect to
+    # the mode's __torch_dispatch__ -- do not reach this subclass: an eager HOP under the script's
+    # mode (run_dtensor_rng_op: DTensor init.normal_ after an FSDP2 meta-device to_empty) raised
+    # "no rule registered for HigherOrderOperator". Give the subclass the same rules.
+    from torch._ops import _higher_order_ops
+
+    for hop in list(_higher_order_ops.values()):
+        rule = hop.python_key_table.get(FakeTensorMode)
+        if rule is not None and DeviceScopedFakeMode not in hop.python_key_table:
+            hop.python_key_table[DeviceScopedFakeMode] = rule
+            hop._dispatch_cache.clear()
     return DeviceScopedFakeMode(allow_non_fake_inputs=True)
 
 
@@ -244,6 +256,80 @@ def allow_fake_param_moves() -> None:
 
     _mark(swap_tensors, "allow_fake_param_moves")
     tu.swap_tensors = swap_tensors
+
+
+def load_cuda_checkpoints_as_fakes() -> None:
+    """torch.load under the script's fake mode reads a checkpoint as a GPU host would.
+
+    torch.serialization sees the active fake mode (detect_fake_mode) and then reads *no* data: every
+    storage becomes a meta storage tagged with its location, and each tensor rebuilt on one is a
+    plain meta tensor -- neither a real CPU tensor nor a CUDA fake. The device-scoped mode runs ops
+    on those as host ops, so copying one into a CPU model (load_state_dict before .to(device):
+    nanoGPT's sample.py, timm's validate.py with a checkpoint) failed with "Cannot copy out of meta
+    tensor; no data!", and a checkpoint or data file loaded to CPU had no values.
+    Load with the fake mode set aside instead: storages bound for CPU get their real bytes, and
+    storages bound for CUDA (saved from CUDA with no map_location, or a map_location string, device
+    or dict naming cuda) are read on CPU and each tensor on them is rebuilt as `.to(device)` under
+    the mode: a CUDA fake of the same shape, dtype and device. A callable map_location could move
+    storages itself (storage.cuda()), so those loads run unchanged."""
+    import torch._utils as tutils
+    import torch.serialization as ser
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    original_load = ser.load
+    if _marked(original_load, "load_cuda_checkpoints_as_fakes"):
+        return
+    original_rebuild = tutils._rebuild_tensor_v2
+    local = threading.local()
+
+    def target(location: str, map_location: Any) -> str:
+        if map_location is None:
+            return location
+        if isinstance(map_location, (str, torch.device)):
+            return str(map_location)
+        return str(map_location.get(location, location))  # a dict: locations it does not name keep theirs
+
+    def load(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
+        mode = active_fake_mode()
+        if mode is None or not (map_location is None or isinstance(map_location, (str, torch.device, dict))):
+            return original_load(f, map_location, *args, **kwargs)
+        intended: dict[int, str] = {}
+
+        def restore(storage: Any, location: str) -> Any:
+            dev = target(location, map_location)
+            if dev.startswith("cuda"):
+                intended[id(storage)] = dev  # stays on CPU; its tensors become fakes in rebuild
+                return storage
+            return ser.default_restore_location(storage, dev)
+
+        outer = getattr(local, "state", None)
+        local.state = (intended, mode)
+        try:
+            with unset_fake_temporarily():
+                return original_load(f, restore, *args, **kwargs)
+        finally:
+            local.state = outer
+
+    def rebuild(storage: Any, *args: Any, **kwargs: Any) -> Any:
+        t = original_rebuild(storage, *args, **kwargs)
+        state = getattr(local, "state", None)
+        if state is not None:
+            intended, mode = state
+            dev = intended.get(id(getattr(storage, "_untyped_storage", storage)))
+            if dev is not None:
+                with mode:
+                    moved = t.detach().to(dev)
+                return moved.requires_grad_(True) if t.requires_grad else moved
+        return t
+
+    # torch.save pickles tensors by reference to torch._utils._rebuild_tensor_v2: the wrapper takes
+    # its module and name, so pickles written under warm stay the same bytes
+    functools.update_wrapper(rebuild, original_rebuild)
+    functools.update_wrapper(load, original_load)
+    _mark(load, "load_cuda_checkpoints_as_fakes")
+    ser.load = load
+    torch.load = load
+    tutils._rebuild_tensor_v2 = rebuild
 
 
 def keep_parameters_when_moved() -> None:
