@@ -332,6 +332,36 @@ def load_cuda_checkpoints_as_fakes() -> None:
     tutils._rebuild_tensor_v2 = rebuild
 
 
+_OUT_META_LIB: Any = None
+
+
+def meta_for_scaled_mm_out() -> None:
+    """Inductor's wrappers call extern GEMMs with out= (extern_kernels._scaled_mm(..., out=buf)), and
+    torch registers a meta kernel only for aten._scaled_mm.default: on fakes the .out overload fell
+    through FakeTensorMode's unsafe fallback to the real CUDA kernel (cublasCreate on the virtual
+    device: CUBLAS_STATUS_NOT_INITIALIZED; float8 training, e.g. torchao Float8Linear). Give it a Meta
+    kernel that checks the inputs as the .default one does and returns `out` (already allocated)."""
+    global _OUT_META_LIB
+    if _OUT_META_LIB is not None:
+        return
+    aten = torch.ops.aten
+    if not hasattr(aten, "_scaled_mm") or "out" not in aten._scaled_mm.overloads():
+        return
+    if torch._C._dispatch_has_kernel_for_dispatch_key(aten._scaled_mm.out.name(), "Meta"):
+        return
+    from torch._meta_registrations import meta_scaled_mm
+
+    def scaled_mm_out(self: Any, mat2: Any, scale_a: Any, scale_b: Any, bias: Any = None, scale_result: Any = None,
+                      out_dtype: Any = None, use_fast_accum: bool = False, *, out: Any) -> Any:
+        ref = meta_scaled_mm(self, mat2, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum)
+        torch._check(tuple(out.shape) == tuple(ref.shape), lambda: f"_scaled_mm out shape {tuple(out.shape)} != {tuple(ref.shape)}")
+        return out
+
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("_scaled_mm.out", scaled_mm_out, "Meta")
+    _OUT_META_LIB = lib
+
+
 def keep_parameters_when_moved() -> None:
     """`model.to("cuda")` of real CPU parameters gives fakes, which nn.Module._apply would wrap in
     new Parameter objects, one per module: tied weights (an embedding shared with the LM head)
