@@ -731,6 +731,24 @@ def fake_gpu_timings(on_fake: Callable[[str], None]) -> None:
         if hasattr(mod, "do_bench_using_profiling"):
             mod.do_bench_using_profiling = faked("do_bench_using_profiling", mod.do_bench_using_profiling, lambda *a, **k: True)
 
+    # max-autotune keeps its timings in a persistent local cache (PersistentCache: inductor/cache/<hash>
+    # in the cache dir). Timings faked here must not land there: the next warm would read them back,
+    # ask for no GPU timing, and publish a graph whose choices came from the constant (the second
+    # warm of timm_validate_maxautotune wrote 1 FX graph), and the GPU job would pick its winners
+    # from them without benchmarking. Writes after a faked timing are dropped; real timings already
+    # in the cache (from a GPU job) are still read.
+    from torch._inductor.codecache import PersistentCache
+
+    original_update = PersistentCache.update_local_cache
+
+    @functools.wraps(original_update)
+    def update_local_cache(self: Any, local_cache: Any) -> None:
+        if gpu_timing_faked():
+            return None
+        return original_update(self, local_cache)
+
+    PersistentCache.update_local_cache = update_local_cache
+
 
 def keep_tuned_graphs_unpublished(on_skip: Callable[[str], None]) -> None:
     """A graph whose compile needed a GPU timing holds a choice made without one: never save its
