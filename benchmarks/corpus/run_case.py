@@ -74,6 +74,7 @@ def main(argv=None) -> int:
     cwd = HERE / case["cwd"]
     script = str((HERE / case["script"]).relative_to(cwd))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    env.update({k: str(v) for k, v in (case.get("env") or {}).items()})  # the case's own variables (e.g. HF_HUB_OFFLINE)
     result: dict = {"case": args.name, "full": args.full}
 
     def done(rc: int) -> int:

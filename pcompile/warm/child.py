@@ -153,12 +153,13 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
 
     compat.allow_fake_param_moves()
     compat.keep_parameters_when_moved()
+    compat.load_cuda_checkpoints_as_fakes()
+    compat.meta_for_scaled_mm_out()
     compat.route_wrapper_allocations()
     compat.skip_kernel_launches(on_unselected)
     compat.fold_constants_on_cpu()
     compat.placeholder_repr_for_device_tensors()
     compat.grad_scaler_assumes_finite()
-    compat.real_checkpoint_loads()
     report["cudagraphs_skipped"] = 0
 
     def on_cudagraph_skip() -> None:

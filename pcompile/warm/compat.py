@@ -143,9 +143,11 @@ def new_fake_mode(on_host_read: Callable[[str], None]) -> Any:
         return False
 
     class DeviceScopedFakeMode(FakeTensorMode):
-        # Higher-order operators (activation checkpointing's graphsafe_run_with_rng_state, ...)
-        # look their rule up by the mode's exact type: they reach __torch_dispatch__ instead,
-        # which hands them FakeTensorMode's rule.
+        # Higher-order operators look their rule up by the mode's exact type, so FakeTensorMode's
+        # rules never reach a subclass ("no rule registered for HigherOrderOperator": activation
+        # checkpointing's graphsafe_run_with_rng_state on 2.11, DTensor's run_dtensor_rng_op in
+        # FSDP2 init). With this flag they reach __torch_dispatch__, which hands them that rule,
+        # registered now or later.
         supports_higher_order_operators = True
 
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -259,6 +261,110 @@ def allow_fake_param_moves() -> None:
 
     _mark(swap_tensors, "allow_fake_param_moves")
     tu.swap_tensors = swap_tensors
+
+
+def load_cuda_checkpoints_as_fakes() -> None:
+    """torch.load under the script's fake mode reads a checkpoint as a GPU host would.
+
+    torch.serialization sees the active fake mode (detect_fake_mode) and then reads *no* data: every
+    storage becomes a meta storage tagged with its location, and each tensor rebuilt on one is a
+    plain meta tensor -- neither a real CPU tensor nor a CUDA fake. The device-scoped mode runs ops
+    on those as host ops, so copying one into a CPU model (load_state_dict before .to(device):
+    nanoGPT's sample.py, timm's validate.py with a checkpoint) failed with "Cannot copy out of meta
+    tensor; no data!", and a checkpoint or data file loaded to CPU had no values.
+    Load with the fake mode set aside instead: storages bound for CPU get their real bytes, and
+    storages bound for CUDA (saved from CUDA with no map_location, or a map_location string, device
+    or dict naming cuda) are read on CPU and each tensor on them is rebuilt as `.to(device)` under
+    the mode: a CUDA fake of the same shape, dtype and device. A callable map_location could move
+    storages itself (storage.cuda()), so those loads run unchanged."""
+    import torch._utils as tutils
+    import torch.serialization as ser
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    original_load = ser.load
+    if _marked(original_load, "load_cuda_checkpoints_as_fakes"):
+        return
+    original_rebuild = tutils._rebuild_tensor_v2
+    local = threading.local()
+
+    def target(location: str, map_location: Any) -> str:
+        if map_location is None:
+            return location
+        if isinstance(map_location, (str, torch.device)):
+            return str(map_location)
+        return str(map_location.get(location, location))  # a dict: locations it does not name keep theirs
+
+    def load(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
+        mode = active_fake_mode()
+        if mode is None or not (map_location is None or isinstance(map_location, (str, torch.device, dict))):
+            return original_load(f, map_location, *args, **kwargs)
+        intended: dict[int, str] = {}
+
+        def restore(storage: Any, location: str) -> Any:
+            dev = target(location, map_location)
+            if dev.startswith("cuda"):
+                intended[id(storage)] = dev  # stays on CPU; its tensors become fakes in rebuild
+                return storage
+            return ser.default_restore_location(storage, dev)
+
+        outer = getattr(local, "state", None)
+        local.state = (intended, mode)
+        try:
+            with unset_fake_temporarily():
+                return original_load(f, restore, *args, **kwargs)
+        finally:
+            local.state = outer
+
+    def rebuild(storage: Any, *args: Any, **kwargs: Any) -> Any:
+        t = original_rebuild(storage, *args, **kwargs)
+        state = getattr(local, "state", None)
+        if state is not None:
+            intended, mode = state
+            dev = intended.get(id(getattr(storage, "_untyped_storage", storage)))
+            if dev is not None:
+                with mode:
+                    moved = t.detach().to(dev)
+                return moved.requires_grad_(True) if t.requires_grad else moved
+        return t
+
+    # torch.save pickles tensors by reference to torch._utils._rebuild_tensor_v2: the wrapper takes
+    # its module and name, so pickles written under warm stay the same bytes
+    functools.update_wrapper(rebuild, original_rebuild)
+    functools.update_wrapper(load, original_load)
+    _mark(load, "load_cuda_checkpoints_as_fakes")
+    ser.load = load
+    torch.load = load
+    tutils._rebuild_tensor_v2 = rebuild
+
+
+_OUT_META_LIB: Any = None
+
+
+def meta_for_scaled_mm_out() -> None:
+    """Inductor's wrappers call extern GEMMs with out= (extern_kernels._scaled_mm(..., out=buf)), and
+    torch registers a meta kernel only for aten._scaled_mm.default: on fakes the .out overload fell
+    through FakeTensorMode's unsafe fallback to the real CUDA kernel (cublasCreate on the virtual
+    device: CUBLAS_STATUS_NOT_INITIALIZED; float8 training, e.g. torchao Float8Linear). Give it a Meta
+    kernel that checks the inputs as the .default one does and returns `out` (already allocated)."""
+    global _OUT_META_LIB
+    if _OUT_META_LIB is not None:
+        return
+    aten = torch.ops.aten
+    if not hasattr(aten, "_scaled_mm") or "out" not in aten._scaled_mm.overloads():
+        return
+    if torch._C._dispatch_has_kernel_for_dispatch_key(aten._scaled_mm.out.name(), "Meta"):
+        return
+    from torch._meta_registrations import meta_scaled_mm
+
+    def scaled_mm_out(self: Any, mat2: Any, scale_a: Any, scale_b: Any, bias: Any = None, scale_result: Any = None,
+                      out_dtype: Any = None, use_fast_accum: bool = False, *, out: Any) -> Any:
+        ref = meta_scaled_mm(self, mat2, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum)
+        torch._check(tuple(out.shape) == tuple(ref.shape), lambda: f"_scaled_mm out shape {tuple(out.shape)} != {tuple(ref.shape)}")
+        return out
+
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("_scaled_mm.out", scaled_mm_out, "Meta")
+    _OUT_META_LIB = lib
 
 
 def keep_parameters_when_moved() -> None:
@@ -630,6 +736,24 @@ def fake_gpu_timings(on_fake: Callable[[str], None]) -> None:
         if hasattr(mod, "do_bench_using_profiling"):
             mod.do_bench_using_profiling = faked("do_bench_using_profiling", mod.do_bench_using_profiling, lambda *a, **k: True)
 
+    # max-autotune keeps its timings in a persistent local cache (PersistentCache: inductor/cache/<hash>
+    # in the cache dir). Timings faked here must not land there: the next warm would read them back,
+    # ask for no GPU timing, and publish a graph whose choices came from the constant (the second
+    # warm of timm_validate_maxautotune wrote 1 FX graph), and the GPU job would pick its winners
+    # from them without benchmarking. Writes after a faked timing are dropped; real timings already
+    # in the cache (from a GPU job) are still read.
+    from torch._inductor.codecache import PersistentCache
+
+    original_update = PersistentCache.update_local_cache
+
+    @functools.wraps(original_update)
+    def update_local_cache(self: Any, local_cache: Any) -> None:
+        if gpu_timing_faked():
+            return None
+        return original_update(self, local_cache)
+
+    PersistentCache.update_local_cache = update_local_cache
+
 
 def keep_tuned_graphs_unpublished(on_skip: Callable[[str], None]) -> None:
     """A graph whose compile needed a GPU timing holds a choice made without one: never save its
@@ -694,30 +818,6 @@ def no_cuda_graph_capture(on_skip: Callable[[], None]) -> None:
     _mark(skip, "no_cuda_graph_capture")
     trees.cudagraphify_impl = skip
     cfx.cudagraphify_impl = skip
-
-
-def real_checkpoint_loads() -> None:
-    """torch.load under an active fake mode builds meta storages (torch.serialization's own rule
-    for tracing), so a checkpoint loaded into a CPU model fails ("Cannot copy out of meta tensor")
-    and the GPU job's weights would differ from nothing the warm saw. Checkpoints are host data:
-    load them for real, outside the fake mode. Storages mapped to CUDA land in the virtual
-    device's memory and become fakes where they meet the first CUDA op, like any CUDA tensor."""
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-
-    original = torch.load
-    if _marked(original, "real_checkpoint_loads"):
-        return
-
-    @functools.wraps(original)
-    def load(*args: Any, **kwargs: Any) -> Any:
-        if active_fake_mode() is None:
-            return original(*args, **kwargs)
-        with unset_fake_temporarily():
-            return original(*args, **kwargs)
-
-    _mark(load, "real_checkpoint_loads")
-    torch.load = load
-    torch.serialization.load = load
 
 
 def grad_scaler_assumes_finite() -> None:
