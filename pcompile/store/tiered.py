@@ -26,6 +26,8 @@ from pcompile.store.tier import Tier
 log = logging.getLogger("pcompile.store")
 
 _GC_EVERY_PUTS = 200
+#: Longest a process waits for a neighbour's fetch of the same key from a slower tier.
+FETCH_WAIT = 30.0
 
 
 class Store:
@@ -46,6 +48,11 @@ class Store:
         coord = next((t for t in reversed(tiers) if isinstance(t, DirectoryTier)), None)
         self.leases: LeaseDir | None = (
             LeaseDir(coord.leases, coord.tmp, timeout=settings.lease_timeout) if coord is not None else None
+        )
+        # the node's processes take turns reading slower tiers (one fetch per key per node)
+        self.fetches: LeaseDir | None = (
+            LeaseDir(self.local.leases / "fetch", self.local.tmp, timeout=FETCH_WAIT)
+            if isinstance(self.local, DirectoryTier) and len(tiers) > 1 else None
         )
         for tier in tiers:
             tier.on_quarantine = lambda key, reason, _t=tier: self.stats.add(quarantined=1)
@@ -88,7 +95,46 @@ class Store:
 
     # -- reads ---------------------------------------------------------------------------
     def get(self, key: Key, *, record: bool = True) -> Entry | None:
-        for index, tier in enumerate(self.tiers):
+        entry = self._read(key, 0, 1)
+        if entry is None and len(self.tiers) > 1:
+            entry = self._fetch_for_node(key)
+        if record:
+            if entry is not None:
+                self.stats.layer(key.layer, hit=True)
+                self.stats.add(saved_seconds=entry.compile_seconds)
+            else:
+                self.stats.layer(key.layer, hit=False)
+        return entry
+
+    def _fetch_for_node(self, key: Key) -> Entry | None:
+        """Read the slower tiers for `key` once per node: the node's ranks all want the same
+        entries at the same moment, and one fetch (backfilled into the local tier) serves them
+        all. A process that finds a neighbour fetching waits for that backfill, up to
+        FETCH_WAIT seconds, then reads for itself."""
+        if self.fetches is None:
+            return self._read(key, 1, len(self.tiers))
+        name = f"fetch-{key}"
+        deadline = time.monotonic() + FETCH_WAIT
+        while True:
+            try:
+                lease = self.fetches.try_acquire(name)
+            except OSError:
+                return self._read(key, 1, len(self.tiers))
+            if lease is not None:
+                try:
+                    return self._read(key, 0, 1) or self._read(key, 1, len(self.tiers))
+                finally:
+                    lease.release()
+            while self.fetches.exists(name) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            entry = self._read(key, 0, 1)
+            if entry is not None or time.monotonic() >= deadline:
+                return entry or self._read(key, 1, len(self.tiers))
+
+    def _read(self, key: Key, start: int, stop: int) -> Entry | None:
+        """The first hit among tiers[start:stop], backfilled into the faster tiers."""
+        for index in range(start, stop):
+            tier = self.tiers[index]
             t0 = time.perf_counter()
             try:
                 entry = tier.get(key)
@@ -103,12 +149,7 @@ class Store:
             self.stats.tier(tier.name, hits=1, read_seconds=dt, bytes_read=entry.size)
             if index > 0:
                 self._backfill(entry, self.tiers[:index])
-            if record:
-                self.stats.layer(key.layer, hit=True)
-                self.stats.add(saved_seconds=entry.compile_seconds)
             return entry
-        if record:
-            self.stats.layer(key.layer, hit=False)
         return None
 
     def _backfill(self, entry: Entry, tiers: list[Tier]) -> None:
