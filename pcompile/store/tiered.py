@@ -6,6 +6,7 @@ A tier that fails is logged once and skipped: pcompile never fails a job over it
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -16,7 +17,7 @@ from typing import Callable
 from pcompile.config import Settings
 from pcompile.errors import PcompileError, StoreWriteError
 from pcompile.keys.key import Key
-from pcompile.store import fsio
+from pcompile.store import diskfault, fsio
 from pcompile.store.entry import Entry
 from pcompile.store.fs_tier import DirectoryTier
 from pcompile.store.lease import Lease, LeaseDir
@@ -41,6 +42,9 @@ class Store:
         self.local = tiers[0]
         self._puts = 0
         self._warned: set[str] = set()
+        #: Called as fn(errno, detail) when the local tier's dir fails (full, read-only, gone) or
+        #: drops below the free-space floor; the Inductor layer moves its working files away.
+        self.on_local_fault: Callable[[int, str], object] | None = None
         # Compile single-flight is coordinated where every participant can see it: the shared
         # tier if there is one, else this node's local dir.
         coord = next((t for t in reversed(tiers) if isinstance(t, DirectoryTier)), None)
@@ -128,12 +132,18 @@ class Store:
         for tier in self.writable_tiers():
             t0 = time.perf_counter()
             try:
+                if tier is self.local:
+                    self._check_headroom(entry.size)
                 tier.put(entry)
                 self.stats.tier(tier.name, bytes_written=entry.size, write_seconds=time.perf_counter() - t0)
             except OSError as exc:
                 self.stats.tier(tier.name, errors=1)
                 self.stats.add(write_errors=1)
                 reason = "disk full" if fsio.is_disk_full(exc) else (exc.strerror or str(exc))
+                if tier is self.local and exc.errno in diskfault.PROBLEMS and self.on_local_fault is not None:
+                    self.on_local_fault(exc.errno, exc.strerror or str(exc))
+                    ok = False
+                    continue
                 self.warn_once(f"write:{tier.name}", f"cannot write to the {tier.name} cache tier ({reason}); the job goes on without caching there")
                 if tier is self.local:
                     ok = False
@@ -143,6 +153,14 @@ class Store:
         if self._puts % _GC_EVERY_PUTS == 1:
             self._maybe_gc()
         return ok
+
+    def _check_headroom(self, size: int) -> None:
+        """Refuse (as ENOSPC) a local write that would take the filesystem below the floor."""
+        floor = self.settings.min_free_bytes
+        free = diskfault.free_bytes(getattr(self.local, "root", self.settings.cache_dir))
+        if floor > 0 and free is not None and free - size < floor:
+            raise OSError(errno.ENOSPC, f"{free // 1024} KiB free, below the {floor // 1024**2} MiB floor "
+                          "(PCOMPILE_MIN_FREE_BYTES)")
 
     def _maybe_gc(self) -> None:
         """Keep the local tier within its budget, in the background, one collector per node."""
