@@ -198,6 +198,10 @@ class Store:
             try:
                 lease = self.leases.try_acquire(str(key))
             except OSError as exc:
+                coord_local = self.leases.dir.is_relative_to(getattr(self.local, "root", self.settings.cache_dir))
+                if coord_local and exc.errno in diskfault.PROBLEMS and self.on_local_fault is not None:
+                    self.on_local_fault(exc.errno, exc.strerror or str(exc))
+                    return None
                 self.warn_once("lease", f"cannot take compile leases ({exc.strerror or exc}); compiling without single-flight")
                 return None
             if lease is not None:
