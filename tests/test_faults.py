@@ -21,7 +21,7 @@ CI_ROWS = ["full-at-start", "full-in-link", "full-mid-job", "read-only-mid-job",
 
 @pytest.fixture(scope="module")
 def stock(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return faults.stock_digest(tmp_path_factory.mktemp("stock"))
+    return faults.stock_digest(tmp_path_factory.mktemp("stock"))  # pytest removes its tmp dirs
 
 
 @pytest.mark.timeout(600)

@@ -76,13 +76,18 @@ def run_job(env: dict[str, str], work: Path, mid: Callable[[], None] | None = No
         proc = subprocess.Popen(cmd, env=_env(env), stdout=subprocess.PIPE, stderr=err, text=True, cwd=work)
         digest, phase2 = None, 0.0
         assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith("PHASE1"):
-                if mid is not None:
-                    mid()
-                go.touch()
-            elif line.startswith("RESULT"):
-                digest, phase2 = line.split()[1], float(line.split()[2])
+        try:
+            for line in proc.stdout:
+                if line.startswith("PHASE1"):
+                    if mid is not None:
+                        mid()
+                    go.touch()
+                elif line.startswith("RESULT"):
+                    digest, phase2 = line.split()[1], float(line.split()[2])
+        except BaseException:
+            proc.kill()  # staging the fault failed: no job left writing into the dir
+            proc.wait()
+            raise
         try:
             rc = proc.wait(timeout=JOB_TIMEOUT)
         except subprocess.TimeoutExpired:
@@ -436,7 +441,11 @@ def main() -> int:
     parser.add_argument("--json", default=None, help="also write the rows here")
     args = parser.parse_args()
     wanted = [f for f in FAULTS if not args.rows or f.name in args.rows.split(",")]
-    stock = stock_digest(Path(tempfile.mkdtemp(prefix="pcompile-fault-stock-")))
+    stock_dir = Path(tempfile.mkdtemp(prefix="pcompile-fault-stock-"))
+    try:
+        stock = stock_digest(stock_dir)
+    finally:
+        shutil.rmtree(stock_dir, ignore_errors=True)
     rows = []
     for fault in wanted:
         rows.append(run_fault(fault, stock))
