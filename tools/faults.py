@@ -385,6 +385,128 @@ def redis_hung(work: Path, stock: str) -> Row:
         redis.kill()
 
 
+# -- pool rows: real Triton kernels through the node daemon (tools/fault_pool_job.py) ----------
+POOL_JOB = REPO / "tools" / "fault_pool_job.py"
+_NONCE = f"{os.getpid()}-{time.time_ns()}"
+_pool_stock: dict[str, str] = {}
+
+
+def run_pool_job(env: dict[str, str], work: Path, fault: str, python: str = sys.executable) -> Job:
+    t0 = time.monotonic()
+    full = _env({"FAULT_NONCE": _NONCE, "PCOMPILE_POOL_WORKERS": "2", "PCOMPILE_POOL_IDLE_EXIT": "20", **env})
+    try:
+        out = subprocess.run([python, str(POOL_JOB), fault], env=full, capture_output=True, text=True,
+                             timeout=JOB_TIMEOUT, cwd=work)
+    except subprocess.TimeoutExpired as exc:
+        return Job(-9, None, [], str(exc.stderr or ""), time.monotonic() - t0, work)
+    if out.stdout.startswith("SKIP"):
+        raise Skip(out.stdout.strip()[5:])
+    digest = next((ln.split()[1] for ln in out.stdout.splitlines() if ln.startswith("RESULT")), None)
+    lines = [ln.strip() for ln in out.stderr.splitlines() if "pcompile" in ln.lower() and "Traceback" not in ln
+             and not ln.startswith((" ", "File"))]
+    job = Job(out.returncode, digest, lines, out.stderr, time.monotonic() - t0, work)
+    job.stdout = out.stdout  # type: ignore[attr-defined]
+    return job
+
+
+def _daemons(job: Job) -> tuple[str, str]:
+    line = next((ln for ln in getattr(job, "stdout", "").splitlines() if ln.startswith("DAEMON")), "DAEMON ? ?")
+    return line.split()[1], line.split()[2]
+
+
+def pool_stock(work: Path) -> str:
+    if "digest" not in _pool_stock:
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            raise Skip("triton is not installed: no Triton kernels, no pool") from None
+        job = run_pool_job({"TORCHINDUCTOR_CACHE_DIR": str(work / "si"), "TRITON_CACHE_DIR": str(work / "st")}, work, "--stock")
+        if job.rc != 0 or not job.digest:
+            raise Skip(f"stock Triton compile fails here: {job.stderr.strip().splitlines()[-1:]}")
+        _pool_stock["digest"] = job.digest
+    return _pool_stock["digest"]
+
+
+def _stop_daemon(cache: Path) -> None:
+    code = "import sys; from pcompile.pool.client import NodePool; NodePool(sys.argv[1], connect_now=False).stop_daemon()"
+    with contextlib.suppress(Exception):
+        subprocess.run([sys.executable, "-c", code, str(cache)], env=_env({}), capture_output=True, timeout=60)
+
+
+def _pool_row(name: str, mechanism: str, fault: str, expect: str | None, work: Path) -> Row:
+    stock = pool_stock(work)
+    c = work / "c"
+    try:
+        job = run_pool_job({"PCOMPILE_CACHE_DIR": str(c)}, work, fault)
+        row = _row(name, mechanism, job, stock, _ok_verify(c), expect)
+        if fault in ("daemon-kill", "socket-rm"):
+            before, _after = _daemons(job)
+            nxt = run_pool_job({"PCOMPILE_CACHE_DIR": str(c)}, work, "none")
+            fresh, _ = _daemons(nxt)
+            again = nxt.rc == 0 and nxt.digest == stock and fresh not in ("None", before)
+            row.note = (row.note + "; " if row.note else "") + (
+                f"next job: fresh daemon {fresh}" if again else f"next job: rc {nxt.rc}, daemon {fresh} (was {before})")
+            row.ok = bool(row.ok) and again
+        return row
+    finally:
+        _stop_daemon(c)
+
+
+def daemon_killed(work: Path, stock: str) -> Row:
+    return _pool_row("pool daemon SIGKILLed mid-compile", "kill -9 of the node daemon while a worker compiles",
+                     "daemon-kill", None, work)
+
+
+def worker_killed(work: Path, stock: str) -> Row:
+    return _pool_row("pool worker killed (OOM)", "kill -9 of the busy worker (the OOM killer's signal; no memory "
+                     "cgroup to stage a real OOM here)", "worker-kill", "SIGKILL", work)
+
+
+def socket_deleted(work: Path, stock: str) -> Row:
+    return _pool_row("pool socket file deleted", "daemon.sock unlinked while a worker compiles", "socket-rm", None, work)
+
+
+def daemon_other_user(work: Path, stock: str) -> Row:
+    stock_pool = pool_stock(work)
+    c = work / "c"
+    first = run_pool_job({"PCOMPILE_CACHE_DIR": str(c)}, work, "none")  # this user's daemon, then …
+    _stop_daemon(c)
+    for pool_dir in (c / "pool").iterdir():  # … its dir handed to another user, as if they had started it
+        for path in [pool_dir, *pool_dir.iterdir()]:
+            os.chown(path, 65534, 65534, follow_symlinks=False)
+    try:
+        job = run_pool_job({"PCOMPILE_CACHE_DIR": str(c)}, work, "none")
+        row = _row("pool daemon of another user", "the node pool's dir owned by uid 65534", job, stock_pool,
+                   _ok_verify(c), "pool")
+        row.ok = bool(row.ok) and first.rc == 0
+        return row
+    finally:
+        _stop_daemon(c)
+
+
+def other_torch(work: Path, stock: str) -> Row:
+    other = Path("/work/torchvenvs")
+    pythons = sorted(p / "bin" / "python" for p in other.glob("torch-*") if (p / "bin" / "python").exists())
+    import torch
+
+    mine = torch.__version__.split("+")[0]
+    pythons = [p for p in pythons if mine not in str(p)]
+    if not pythons:
+        raise Skip("no second torch install on this machine (looked in /work/torchvenvs)")
+    c = work / "c"
+    env = {"PCOMPILE_CACHE_DIR": str(c), "PCOMPILE_POOL_EAGER": "1"}
+    proc = subprocess.Popen([str(pythons[-1]), str(JOB), "--backend", "pcompile"], env=_env(env),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=work)
+    job = run_job(env, work)
+    out, err = proc.communicate(timeout=JOB_TIMEOUT)
+    row = _row(f"two torch versions, one cache dir ({pythons[-1].parts[-3]} beside {mine})",
+               "both jobs at once, same PCOMPILE_CACHE_DIR, pool started eagerly", job, stock, _ok_verify(c), None)
+    row.ok = bool(row.ok) and proc.returncode == 0
+    row.note = (row.note + "; " if row.note else "") + f"other job rc {proc.returncode}"
+    _stop_daemon(c)
+    return row
+
+
 FAULTS: list[Fault] = [
     Fault("full-at-start", "", full_at_start),
     Fault("full-in-link", "", full_in_link),
@@ -400,6 +522,11 @@ FAULTS: list[Fault] = [
     Fault("torn-shared", "", torn_shared),
     Fault("redis-restarted", "", redis_restarted),
     Fault("redis-hung", "", redis_hung),
+    Fault("daemon-killed", "", daemon_killed),
+    Fault("worker-killed", "", worker_killed),
+    Fault("socket-deleted", "", socket_deleted),
+    Fault("daemon-other-user", "", daemon_other_user),
+    Fault("other-torch", "", other_torch),
 ]
 
 
