@@ -16,7 +16,7 @@ sys.path.insert(0, str(REPO / "tools"))
 import faults  # noqa: E402
 
 CI_ROWS = ["full-at-start", "full-in-link", "full-mid-job", "read-only-mid-job", "unwritable", "vanished-mid-job",
-           "stale-nfs", "quota", "slow", "shared-read-only", "redis-restarted"]
+           "stale-nfs", "quota", "slow", "shared-read-only", "redis-restarted", "daemon-killed"]
 
 
 @pytest.fixture(scope="module")

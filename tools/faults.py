@@ -135,20 +135,13 @@ def tmpfs(path: Path, size: str) -> Iterator[Path]:
 
 def fill(path: Path) -> None:
     """Fill the filesystem holding `path` to the last byte."""
-    with open(path / "filler", "wb") as fh:
+    for name, chunk in (("filler", 65536), ("filler2", 512)):
         try:
-            while True:
-                fh.write(b"\0" * 65536)
-                fh.flush()
+            with open(path / name, "wb", buffering=0) as fh:
+                while True:
+                    fh.write(b"\0" * chunk)
         except OSError:
             pass
-    try:
-        with open(path / "filler2", "wb") as fh:
-            while True:
-                fh.write(b"\0" * 512)
-                fh.flush()
-    except OSError:
-        pass
 
 
 def remount_ro(path: Path) -> None:
@@ -385,6 +378,111 @@ def redis_hung(work: Path, stock: str) -> Row:
         redis.kill()
 
 
+def _keys_of(cache: Path) -> list[str]:
+    """The store keys a healthy run of the job published (what its next run will look up)."""
+    return [p.stem for p in (cache / "store" / "manifests").rglob("*.json")]
+
+
+def lease_skew(work: Path, stock: str) -> Row:
+    """Leases of a dead holder on another host whose clock runs an hour ahead: every lease file
+    the job will want, with mtimes in the future. Staleness is judged by the mtime not changing
+    on the waiter's own clock, so the job takes over after PCOMPILE_LEASE_TIMEOUT, not in an hour."""
+    run_job({"PCOMPILE_CACHE_DIR": str(work / "c0")}, work)
+    keys = _keys_of(work / "c0")
+    s = work / "s" / "store"
+    (s / "leases").mkdir(parents=True)
+    future = time.time() + 3600
+    for key in keys:
+        lease = s / "leases" / f"{key}.lease"
+        lease.write_text(json.dumps({"holder": "other-host-1", "pid": 4242, "host": "skewed-host", "since": future}))
+        os.utime(lease, (future, future))
+    c = work / "c"
+    job = run_job({"PCOMPILE_CACHE_DIR": str(c), "PCOMPILE_SHARED_DIR": str(work / "s"), "PCOMPILE_LEASE_TIMEOUT": "3"}, work)
+    row = _row("lease clock skew (+1 h, holder gone)", f"{len(keys)} foreign lease files dated an hour ahead; lease timeout 3 s",
+               job, stock, _ok_verify(c, work / "s"), None)
+    left = [p.name for p in (s / "leases").glob("*.lease")]
+    row.note = (row.note + "; " if row.note else "") + f"{len(left)} foreign leases left"
+    row.ok = bool(row.ok) and job.seconds < 600
+    return row
+
+
+def lease_dir_full(work: Path, stock: str) -> Row:
+    with tmpfs(work / "s", "2m") as s:
+        if os.environ.get("FAULTS_EMPTY_SHARED") != "1":  # an existing shared tier whose disk filled up
+            run = [sys.executable, "-c", "import sys; from pcompile.config import Settings; from pcompile.store.tiered "
+                   "import Store; Store.open(Settings.from_env(cache_dir=sys.argv[1], shared_dir=sys.argv[2]))",
+                   str(work / "c0"), str(s)]
+            subprocess.run(run, env=_env({}), check=True, capture_output=True)
+        fill(s)
+        c = work / "c"
+        job = run_job({"PCOMPILE_CACHE_DIR": str(c), "PCOMPILE_SHARED_DIR": str(s)}, work)
+        return _row("shared tier (lease dir) full", "shared tier on a 2 MiB tmpfs filled to the last byte", job, stock,
+                    _ok_verify(c), "shared")
+
+
+class Throttling:
+    """An S3 endpoint that answers every request 503 SlowDown, as S3 does when throttling."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        body = b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>'
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                if length:
+                    self.rfile.read(length)
+                self.send_response(503)
+                self.send_header("Content-Type", "application/xml")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _answer
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def s3_throttled(work: Path, stock: str) -> Row:
+    try:
+        import boto3  # noqa: F401
+    except ImportError:
+        raise Skip("boto3 is not installed (pip install boto3)") from None
+    s3 = Throttling()
+    try:
+        base = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "PCOMPILE_REMOTE_TIMEOUT": "2",
+                "PCOMPILE_S3_ENDPOINT_URL": s3.url}
+        healthy = run_job({"PCOMPILE_CACHE_DIR": str(work / "c0")}, work)
+        c = work / "c"
+        job = run_job({**base, "PCOMPILE_CACHE_DIR": str(c), "PCOMPILE_REMOTE": "s3://bucket/pc"}, work)
+        row = _row("S3 503 SlowDown on every call", "a local endpoint answering 503 SlowDown; deadline 2 s", job, stock,
+                   _ok_verify(c), "s3")
+        first_healthy = healthy.seconds - healthy.phase2
+        first = job.seconds - job.phase2
+        row.note = (row.note + "; " if row.note else "") + \
+            f"job {job.seconds:.1f} s vs {healthy.seconds:.1f} s without a remote (process incl. exit)"
+        row.ok = bool(row.ok) and first - first_healthy <= 2.0 + 10.0  # deadline + exit flush limit
+        return row
+    finally:
+        s3.close()
+
+
 # -- pool rows: real Triton kernels through the node daemon (tools/fault_pool_job.py) ----------
 POOL_JOB = REPO / "tools" / "fault_pool_job.py"
 _NONCE = f"{os.getpid()}-{time.time_ns()}"
@@ -522,6 +620,9 @@ FAULTS: list[Fault] = [
     Fault("torn-shared", "", torn_shared),
     Fault("redis-restarted", "", redis_restarted),
     Fault("redis-hung", "", redis_hung),
+    Fault("lease-skew", "", lease_skew),
+    Fault("lease-dir-full", "", lease_dir_full),
+    Fault("s3-throttled", "", s3_throttled),
     Fault("daemon-killed", "", daemon_killed),
     Fault("worker-killed", "", worker_killed),
     Fault("socket-deleted", "", socket_deleted),

@@ -42,6 +42,7 @@ class Store:
         self.local = tiers[0]
         self._puts = 0
         self._warned: set[str] = set()
+        self._down: set[Tier] = set()
         #: Called as fn(errno, detail) when the local tier's dir fails (full, read-only, gone) or
         #: drops below the free-space floor; the Inductor layer moves its working files away.
         self.on_local_fault: Callable[[int, str], object] | None = None
@@ -66,7 +67,15 @@ class Store:
         settings = settings or Settings.from_env()
         tiers: list[Tier] = [DirectoryTier(settings.cache_dir / "store", "local", create=not must_exist)]
         if settings.shared_dir is not None:
-            tiers.append(DirectoryTier(settings.shared_dir / "store", "shared", create=not must_exist and not settings.read_only))
+            try:
+                tiers.append(DirectoryTier(settings.shared_dir / "store", "shared", create=not must_exist and not settings.read_only))
+            except PcompileError as exc:
+                if must_exist or writable:
+                    raise  # a command aimed at the shared tier: say so and stop
+                from pcompile.logs import setup
+
+                setup()  # a job goes on without the shared tier, never without its node-local one
+                log.warning("shared tier unusable (%s); the job goes on with the node-local cache", exc)
         if settings.remote:
             from pcompile.store.remote import open_remote  # issue 4: Redis / S3
 
@@ -88,7 +97,15 @@ class Store:
         """Read-only consumers, and verify-only holders of a public key, write node-local only."""
         if self.settings.read_only:
             return [self.local]
-        return [t for t in self.tiers if t is self.local or t.trust is None or t.signer is not None]
+        return [t for t in self.tiers if (t is self.local or t.trust is None or t.signer is not None) and t not in self._down]
+
+    def _tier_down(self, tier: Tier, exc: OSError) -> None:
+        """A directory tier whose filesystem is full, read-only or gone: stop writing there (and
+        taking leases there) for the rest of the process, with one line; reads go on."""
+        self._down.add(tier)
+        where = getattr(tier, "root", tier.name)
+        self.warn_once(f"down:{tier.name}", f"{tier.name} tier {where} {diskfault.describe(exc.errno or 0)} "
+                       f"({exc.strerror or exc}): not publishing there or taking compile leases there from now on; the job goes on")
 
     # -- reads ---------------------------------------------------------------------------
     def get(self, key: Key, *, record: bool = True) -> Entry | None:
@@ -144,6 +161,9 @@ class Store:
                     self.on_local_fault(exc.errno, exc.strerror or str(exc))
                     ok = False
                     continue
+                if tier is not self.local and isinstance(tier, DirectoryTier) and exc.errno in diskfault.PROBLEMS:
+                    self._tier_down(tier, exc)
+                    continue
                 self.warn_once(f"write:{tier.name}", f"cannot write to the {tier.name} cache tier ({reason}); the job goes on without caching there")
                 if tier is self.local:
                     ok = False
@@ -189,7 +209,7 @@ class Store:
         """The entry if someone else produced it, a Lease if this caller must produce it, or None
         (no coordination possible, or waiting ran past wait_timeout: compile without a lease).
         `on_wait` is called once, when it turns out another process holds the lease."""
-        if self.leases is None:
+        if self.leases is None or any(getattr(t, "leases", None) == self.leases.dir for t in self._down):
             return None
         limit = time.monotonic() + (wait_timeout if wait_timeout is not None else max(600.0, 10 * self.settings.lease_timeout))
         waited_from: float | None = None
@@ -202,7 +222,11 @@ class Store:
                 if coord_local and exc.errno in diskfault.PROBLEMS and self.on_local_fault is not None:
                     self.on_local_fault(exc.errno, exc.strerror or str(exc))
                     return None
-                self.warn_once("lease", f"cannot take compile leases ({exc.strerror or exc}); compiling without single-flight")
+                coord = next((t for t in self.tiers if getattr(t, "leases", None) == self.leases.dir), None)
+                if coord is not None and exc.errno in diskfault.PROBLEMS:
+                    self._tier_down(coord, exc)
+                else:
+                    self.warn_once("lease", f"cannot take compile leases ({exc.strerror or exc}); compiling without single-flight")
                 return None
             if lease is not None:
                 entry = self.get(key, record=False)  # published while we raced for the lease?
