@@ -43,6 +43,8 @@ class Store:
         self._puts = 0
         self._warned: set[str] = set()
         self._down: set[Tier] = set()
+        self._writes: list[tuple[float, int]] = []  # (wall time, bytes) of local writes, for the budget
+        self._gc_asked = 0.0
         #: Called as fn(errno, detail) when the local tier's dir fails (full, read-only, gone) or
         #: drops below the free-space floor; the Inductor layer moves its working files away.
         self.on_local_fault: Callable[[int, str], object] | None = None
@@ -151,7 +153,11 @@ class Store:
             try:
                 if tier is self.local:
                     self._check_headroom(entry.size)
+                    if self._over_budget(entry.size):
+                        continue
                 tier.put(entry)
+                if tier is self.local:
+                    self._writes.append((time.time(), entry.size))
                 self.stats.tier(tier.name, bytes_written=entry.size, write_seconds=time.perf_counter() - t0)
             except OSError as exc:
                 self.stats.tier(tier.name, errors=1)
@@ -174,6 +180,29 @@ class Store:
             self._maybe_gc()
         return ok
 
+    def _over_budget(self, size: int) -> bool:
+        """True (and a GC asked for) if writing `size` more bytes would take the node-local tier
+        past PCOMPILE_MAX_BYTES: the last GC's count plus what this process wrote since its scan
+        (other processes' writes since then are theirs to count; GC corrects all at its next run)."""
+        if not isinstance(self.local, DirectoryTier):
+            return False
+        from pcompile.store.gc import read_usage
+
+        usage = read_usage(self.local)
+        if usage is None:
+            return False
+        total, scanned_at = usage
+        self._writes = [(t, n) for t, n in self._writes if t >= scanned_at - 1.0]
+        if total + sum(n for _t, n in self._writes) + size <= self.settings.max_bytes:
+            return False
+        self.stats.add(budget_skips=1)
+        log.info("node-local cache at its budget (PCOMPILE_MAX_BYTES=%d): not caching %d bytes until GC makes room",
+                 self.settings.max_bytes, size)
+        if time.monotonic() - self._gc_asked > 2.0:
+            self._gc_asked = time.monotonic()
+            self._maybe_gc(force=True)
+        return True
+
     def _check_headroom(self, size: int) -> None:
         """Refuse (as ENOSPC) a local write that would take the filesystem below the floor."""
         floor = self.settings.min_free_bytes
@@ -182,8 +211,9 @@ class Store:
             raise OSError(errno.ENOSPC, f"{free // 1024} KiB free, below the {floor // 1024**2} MiB floor "
                           "(PCOMPILE_MIN_FREE_BYTES)")
 
-    def _maybe_gc(self) -> None:
-        """Keep the local tier within its budget, in the background, one collector per node."""
+    def _maybe_gc(self, force: bool = False) -> None:
+        """Keep the local tier within its budget, in the background, one collector per node;
+        `force`: the budget is reached, collect down to 90% of it so new entries find room."""
         local = self.local
         if not isinstance(local, DirectoryTier):
             return
@@ -197,7 +227,8 @@ class Store:
                 if lease is None:
                     return
                 with lease:
-                    collect_garbage(local, max_bytes=self.settings.max_bytes, max_entries=self.settings.max_entries)
+                    target = int(self.settings.max_bytes * 0.9) if force else self.settings.max_bytes
+                    collect_garbage(local, max_bytes=target, max_entries=self.settings.max_entries)
             except Exception as exc:  # GC must never disturb a job
                 log.debug("background gc failed: %s", exc)
 
