@@ -18,9 +18,14 @@ ENV_READ_ONLY = "PCOMPILE_READ_ONLY"
 ENV_MAX_BYTES = "PCOMPILE_MAX_BYTES"
 ENV_MAX_ENTRIES = "PCOMPILE_MAX_ENTRIES"
 ENV_LEASE_TIMEOUT = "PCOMPILE_LEASE_TIMEOUT"
+ENV_MIN_FREE_BYTES = "PCOMPILE_MIN_FREE_BYTES"
+ENV_DIR_TIMEOUT = "PCOMPILE_CACHE_DIR_TIMEOUT"
 
 DEFAULT_MAX_BYTES = 10 * 1024**3
 DEFAULT_MAX_ENTRIES = 200_000
+#: Free space the cache dir's filesystem keeps: below it pcompile caches nothing there and moves
+#: Inductor's working files to a private temp dir (a job must not fill a shared disk).
+DEFAULT_MIN_FREE_BYTES = 256 * 1024**2
 
 
 def _env_int(name: str, default: int) -> int:
@@ -57,6 +62,8 @@ class Settings:
     max_bytes: int = DEFAULT_MAX_BYTES
     max_entries: int = DEFAULT_MAX_ENTRIES
     lease_timeout: float = 60.0
+    min_free_bytes: int = DEFAULT_MIN_FREE_BYTES
+    dir_timeout: float = 10.0
 
     @staticmethod
     def from_env(cache_dir: str | None = None, shared_dir: str | None = None) -> "Settings":
@@ -70,6 +77,8 @@ class Settings:
             max_bytes=_env_int(ENV_MAX_BYTES, DEFAULT_MAX_BYTES),
             max_entries=_env_int(ENV_MAX_ENTRIES, DEFAULT_MAX_ENTRIES),
             lease_timeout=float(_env_int(ENV_LEASE_TIMEOUT, 60)),
+            min_free_bytes=_env_int(ENV_MIN_FREE_BYTES, DEFAULT_MIN_FREE_BYTES),
+            dir_timeout=float(_env_int(ENV_DIR_TIMEOUT, 10)),
         )
 
     def export_env(self) -> dict[str, str]:

@@ -142,6 +142,11 @@ class Sink:
     def _disable(self, exc: BaseException) -> None:
         if not self._broken:
             self._broken = True
+            from pcompile.store.diskfault import classify
+
+            if isinstance(exc, OSError) and classify(exc, Path(self._path or "/").parent.parent) is not None:
+                log.debug("events off: %s", exc)  # a cache-dir fault: the compile path says so, once
+                return
             log.warning("pcompile: events disabled for this process: cannot write %s: %s", self._path, exc)
 
 

@@ -17,7 +17,7 @@ import importlib.util
 import sys
 from typing import Any, Callable, Iterator
 
-from pcompile.inductor import backward_ahead, flight, gate, hooks
+from pcompile.inductor import backward_ahead, flight, gate, hooks, private_dir
 from pcompile.inductor import compat
 from pcompile.inductor.timing import span
 
@@ -96,10 +96,15 @@ def pcompile_backend(gm: Any, example_inputs: Any, **kwargs: Any) -> Any:
     options = kwargs.get("options")
     dynamic = kwargs.get("dynamic")
     patches = kwargs.get("config_patches")
-    if not hooks.install_hooks():
+    if not hooks.install_hooks() or private_dir.active():
         return _stock(gm, example_inputs, mode, options, dynamic, patches)
-    with compile_scope(gm):
-        return _stock(gm, example_inputs, mode, options, dynamic, patches)
+    try:
+        with compile_scope(gm):
+            return _stock(gm, example_inputs, mode, options, dynamic, patches)
+    except Exception as exc:
+        if not private_dir.recover(exc):
+            raise
+    return _stock(gm, example_inputs, mode, options, dynamic, patches)  # once more, in the private dir
 
 
 def _reset() -> None:

@@ -68,10 +68,17 @@ def _tell(kind: str, inductor_key: str, outcome: str) -> None:
 
 def store() -> Any | None:
     """The process-wide store, or None (with one warning) if it cannot be opened."""
+    from pcompile.inductor import private_dir
+
+    if private_dir.active():
+        return None  # the cache dir failed: nothing is looked up or published any more
     try:
         from pcompile.store.tiered import default_store
 
-        return default_store()
+        st = default_store()
+        if st.on_local_fault is None:
+            st.on_local_fault = lambda code, detail, _root=st.settings.cache_dir: private_dir.fall_back(_root, code, detail)
+        return st
     except Exception as exc:
         warn_once("store-open", f"pcompile: cannot open the cache ({exc}); compiling without it")
         return None

@@ -52,6 +52,10 @@ def install_hooks() -> bool:
         state.decided = True
         if disabled_by_user() or not gate.supported():
             return False
+        from pcompile.inductor import private_dir
+
+        if private_dir.active() or not private_dir.check_at_start():
+            return False  # the cache dir cannot take this job's files: stock, in a private dir
         try:
             env.set_cache_dirs()
         except Exception as exc:

@@ -16,12 +16,19 @@ _lock = threading.Lock()
 
 
 def _routed(original: Any, wrapper: Any, gm: Any, example_inputs: Any, **kwargs: Any) -> Any:
-    if not hooks.install_hooks():
+    from pcompile.inductor import private_dir
+
+    if not hooks.install_hooks() or private_dir.active():
         return original(wrapper, gm, example_inputs, **kwargs)
     from pcompile.inductor.backend import compile_scope
 
-    with compile_scope(gm):
-        return original(wrapper, gm, example_inputs, **kwargs)
+    try:
+        with compile_scope(gm):
+            return original(wrapper, gm, example_inputs, **kwargs)
+    except Exception as exc:
+        if not private_dir.recover(exc):
+            raise
+    return original(wrapper, gm, example_inputs, **kwargs)  # once more, in the private dir
 
 
 def route_default_backend() -> bool:

@@ -130,7 +130,31 @@ def collect_garbage(
     _sweep_old(tier.quarantine_dir, now - QUARANTINE_MAX_AGE_SECONDS)
     result.entries_after = count
     result.bytes_after = max(0, result.bytes_before - result.bytes_freed)
+    write_usage(tier, result.bytes_after, count, scanned_at=now)
     return result
+
+
+USAGE_FILE = "usage.json"
+
+
+def write_usage(tier: DirectoryTier, total: int, entries: int, scanned_at: float) -> None:
+    """What GC left (blobs still in their grace period included) as of its scan, for writers'
+    budget checks: a writer adds what it wrote since `scanned_at`."""
+    body = json.dumps({"bytes": total, "entries": entries, "at": scanned_at}).encode()
+    try:
+        fsio.atomic_write(tier.root / USAGE_FILE, body, tier.tmp, replace=True)
+    except OSError:
+        pass
+
+
+def read_usage(tier: DirectoryTier) -> tuple[int, float] | None:
+    """(bytes, scan time) of the last GC's record, or None if no GC has run here."""
+    path = tier.root / USAGE_FILE
+    try:
+        body = json.loads(fsio.read_file(path) or b"{}")
+        return int(body["bytes"]), float(body["at"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _sweep_old(directory: Path, cutoff: float) -> None:

@@ -6,6 +6,7 @@ A tier that fails is logged once and skipped: pcompile never fails a job over it
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -16,7 +17,7 @@ from typing import Callable
 from pcompile.config import Settings
 from pcompile.errors import PcompileError, StoreWriteError
 from pcompile.keys.key import Key
-from pcompile.store import fsio
+from pcompile.store import diskfault, fsio
 from pcompile.store.entry import Entry
 from pcompile.store.fs_tier import DirectoryTier
 from pcompile.store.lease import Lease, LeaseDir
@@ -43,6 +44,12 @@ class Store:
         self.local = tiers[0]
         self._puts = 0
         self._warned: set[str] = set()
+        self._down: set[Tier] = set()
+        self._writes: list[tuple[float, int]] = []  # (wall time, bytes) of local writes, for the budget
+        self._gc_asked = 0.0
+        #: Called as fn(errno, detail) when the local tier's dir fails (full, read-only, gone) or
+        #: drops below the free-space floor; the Inductor layer moves its working files away.
+        self.on_local_fault: Callable[[int, str], object] | None = None
         # Compile single-flight is coordinated where every participant can see it: the shared
         # tier if there is one, else this node's local dir.
         coord = next((t for t in reversed(tiers) if isinstance(t, DirectoryTier)), None)
@@ -69,7 +76,15 @@ class Store:
         settings = settings or Settings.from_env()
         tiers: list[Tier] = [DirectoryTier(settings.cache_dir / "store", "local", create=not must_exist)]
         if settings.shared_dir is not None:
-            tiers.append(DirectoryTier(settings.shared_dir / "store", "shared", create=not must_exist and not settings.read_only))
+            try:
+                tiers.append(DirectoryTier(settings.shared_dir / "store", "shared", create=not must_exist and not settings.read_only))
+            except PcompileError as exc:
+                if must_exist or writable:
+                    raise  # a command aimed at the shared tier: say so and stop
+                from pcompile.logs import setup
+
+                setup()  # a job goes on without the shared tier, never without its node-local one
+                log.warning("shared tier unusable (%s); the job goes on with the node-local cache", exc)
         if settings.remote:
             from pcompile.store.remote import open_remote  # issue 4: Redis / S3
 
@@ -91,7 +106,15 @@ class Store:
         """Read-only consumers, and verify-only holders of a public key, write node-local only."""
         if self.settings.read_only:
             return [self.local]
-        return [t for t in self.tiers if t is self.local or t.trust is None or t.signer is not None]
+        return [t for t in self.tiers if (t is self.local or t.trust is None or t.signer is not None) and t not in self._down]
+
+    def _tier_down(self, tier: Tier, exc: OSError) -> None:
+        """A directory tier whose filesystem is full, read-only or gone: stop writing there (and
+        taking leases there) for the rest of the process, with one line; reads go on."""
+        self._down.add(tier)
+        where = getattr(tier, "root", tier.name)
+        self.warn_once(f"down:{tier.name}", f"{tier.name} tier {where} {diskfault.describe(exc.errno or 0)} "
+                       f"({exc.strerror or exc}): not publishing there or taking compile leases there from now on; the job goes on")
 
     # -- reads ---------------------------------------------------------------------------
     def get(self, key: Key, *, record: bool = True) -> Entry | None:
@@ -169,12 +192,25 @@ class Store:
         for tier in self.writable_tiers():
             t0 = time.perf_counter()
             try:
+                if tier is self.local:
+                    self._check_headroom(entry.size)
+                    if self._over_budget(entry.size):
+                        continue
                 tier.put(entry)
+                if tier is self.local:
+                    self._writes.append((time.time(), entry.size))
                 self.stats.tier(tier.name, bytes_written=entry.size, write_seconds=time.perf_counter() - t0)
             except OSError as exc:
                 self.stats.tier(tier.name, errors=1)
                 self.stats.add(write_errors=1)
                 reason = "disk full" if fsio.is_disk_full(exc) else (exc.strerror or str(exc))
+                if tier is self.local and exc.errno in diskfault.PROBLEMS and self.on_local_fault is not None:
+                    self.on_local_fault(exc.errno, exc.strerror or str(exc))
+                    ok = False
+                    continue
+                if tier is not self.local and isinstance(tier, DirectoryTier) and exc.errno in diskfault.PROBLEMS:
+                    self._tier_down(tier, exc)
+                    continue
                 self.warn_once(f"write:{tier.name}", f"cannot write to the {tier.name} cache tier ({reason}); the job goes on without caching there")
                 if tier is self.local:
                     ok = False
@@ -185,8 +221,40 @@ class Store:
             self._maybe_gc()
         return ok
 
-    def _maybe_gc(self) -> None:
-        """Keep the local tier within its budget, in the background, one collector per node."""
+    def _over_budget(self, size: int) -> bool:
+        """True (and a GC asked for) if writing `size` more bytes would take the node-local tier
+        past PCOMPILE_MAX_BYTES: the last GC's count plus what this process wrote since its scan
+        (other processes' writes since then are theirs to count; GC corrects all at its next run)."""
+        if not isinstance(self.local, DirectoryTier):
+            return False
+        from pcompile.store.gc import read_usage
+
+        usage = read_usage(self.local)
+        if usage is None:
+            return False
+        total, scanned_at = usage
+        self._writes = [(t, n) for t, n in self._writes if t >= scanned_at - 1.0]
+        if total + sum(n for _t, n in self._writes) + size <= self.settings.max_bytes:
+            return False
+        self.stats.add(budget_skips=1)
+        log.info("node-local cache at its budget (PCOMPILE_MAX_BYTES=%d): not caching %d bytes until GC makes room",
+                 self.settings.max_bytes, size)
+        if time.monotonic() - self._gc_asked > 2.0:
+            self._gc_asked = time.monotonic()
+            self._maybe_gc(force=True)
+        return True
+
+    def _check_headroom(self, size: int) -> None:
+        """Refuse (as ENOSPC) a local write that would take the filesystem below the floor."""
+        floor = self.settings.min_free_bytes
+        free = diskfault.free_bytes(getattr(self.local, "root", self.settings.cache_dir))
+        if floor > 0 and free is not None and free - size < floor:
+            raise OSError(errno.ENOSPC, f"{free // 1024} KiB free, below the {floor // 1024**2} MiB floor "
+                          "(PCOMPILE_MIN_FREE_BYTES)")
+
+    def _maybe_gc(self, force: bool = False) -> None:
+        """Keep the local tier within its budget, in the background, one collector per node;
+        `force`: the budget is reached, collect down to 90% of it so new entries find room."""
         local = self.local
         if not isinstance(local, DirectoryTier):
             return
@@ -200,7 +268,8 @@ class Store:
                 if lease is None:
                     return
                 with lease:
-                    collect_garbage(local, max_bytes=self.settings.max_bytes, max_entries=self.settings.max_entries)
+                    target = int(self.settings.max_bytes * 0.9) if force else self.settings.max_bytes
+                    collect_garbage(local, max_bytes=target, max_entries=self.settings.max_entries)
             except Exception as exc:  # GC must never disturb a job
                 log.debug("background gc failed: %s", exc)
 
@@ -212,7 +281,7 @@ class Store:
         """The entry if someone else produced it, a Lease if this caller must produce it, or None
         (no coordination possible, or waiting ran past wait_timeout: compile without a lease).
         `on_wait` is called once, when it turns out another process holds the lease."""
-        if self.leases is None:
+        if self.leases is None or any(getattr(t, "leases", None) == self.leases.dir for t in self._down):
             return None
         limit = time.monotonic() + (wait_timeout if wait_timeout is not None else max(600.0, 10 * self.settings.lease_timeout))
         waited_from: float | None = None
@@ -221,7 +290,15 @@ class Store:
             try:
                 lease = self.leases.try_acquire(str(key))
             except OSError as exc:
-                self.warn_once("lease", f"cannot take compile leases ({exc.strerror or exc}); compiling without single-flight")
+                coord_local = self.leases.dir.is_relative_to(getattr(self.local, "root", self.settings.cache_dir))
+                if coord_local and exc.errno in diskfault.PROBLEMS and self.on_local_fault is not None:
+                    self.on_local_fault(exc.errno, exc.strerror or str(exc))
+                    return None
+                coord = next((t for t in self.tiers if getattr(t, "leases", None) == self.leases.dir), None)
+                if coord is not None and exc.errno in diskfault.PROBLEMS:
+                    self._tier_down(coord, exc)
+                else:
+                    self.warn_once("lease", f"cannot take compile leases ({exc.strerror or exc}); compiling without single-flight")
                 return None
             if lease is not None:
                 entry = self.get(key, record=False)  # published while we raced for the lease?
