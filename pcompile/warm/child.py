@@ -264,7 +264,8 @@ def run(spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     report["software"] = software_here()
     missing = compat.check()
     if missing or not compat.version_supported():
-        report["error"] = (f"torch {torch.__version__} is not supported by pcompile warm (needs 2.11-2.14"
+        lo, hi = compat.SUPPORTED
+        report["error"] = (f"torch {torch.__version__} is not supported by pcompile warm (needs {lo[0]}.{lo[1]}-{hi[0]}.{hi[1]}"
                            + (f"; missing private APIs: {', '.join(missing)}" if missing else "") + ")")
         return EXIT_UNSUPPORTED, report
     strict = _Strict(bool(spec.get("strict")))

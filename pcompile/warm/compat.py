@@ -1,4 +1,4 @@
-"""Every private torch API the warm path touches, in one place, for torch 2.11 to 2.14.
+"""Every private torch API the warm path touches, in one place, for torch 2.11 to 2.15.
 
 The warm child runs an ordinary training script on fake tensors under the virtual device. Stock
 torch then needs a few adjustments so that executing compiled code does nothing, no value is
@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import torch
 
-SUPPORTED = ((2, 11), (2, 14))
+from pcompile.inductor.gate import TORCH_RANGE as SUPPORTED  # one range for hooks and warm
 
 # (module path, attribute) of every private symbol used below.
 PRIVATE_SYMBOLS: list[tuple[str, str]] = [
