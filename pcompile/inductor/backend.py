@@ -21,7 +21,7 @@ from pcompile.inductor import backward_ahead, flight, gate, hooks
 from pcompile.inductor import compat
 from pcompile.inductor.timing import span
 
-_ALLOWED = {"mode", "options", "dynamic", "config_patches"}
+_ALLOWED = {"mode", "options", "dynamic", "config_patches", "name"}  # name: torch 2.15 forwards torch.compile(name=)
 
 # torch.compile(backend="inductor") has imported Inductor's compiler by the time it returns; do
 # the same when torch.compile resolves backend="pcompile" (this import), so the first step pays
@@ -73,11 +73,11 @@ def compile_scope(gm: Any) -> Iterator[None]:
 
 
 def _stock(gm: Any, example_inputs: Any, mode: str | None, options: dict[str, Any] | None,
-           dynamic: bool | None, config_patches: dict[str, Any] | None) -> Any:
+           dynamic: bool | None, config_patches: dict[str, Any] | None, name: str | None = None) -> Any:
     from pcompile.inductor.compat import compile_wrapper
 
     if compat.check("compile_wrapper") is None:
-        wrapper = compile_wrapper.make(mode, options, dynamic)
+        wrapper = compile_wrapper.make(mode, options, dynamic, name)
         if config_patches:
             wrapper.config.update(config_patches)
         return compile_wrapper.call_stock(wrapper, gm, example_inputs)
@@ -96,10 +96,11 @@ def pcompile_backend(gm: Any, example_inputs: Any, **kwargs: Any) -> Any:
     options = kwargs.get("options")
     dynamic = kwargs.get("dynamic")
     patches = kwargs.get("config_patches")
+    name = kwargs.get("name")
     if not hooks.install_hooks():
-        return _stock(gm, example_inputs, mode, options, dynamic, patches)
+        return _stock(gm, example_inputs, mode, options, dynamic, patches, name)
     with compile_scope(gm):
-        return _stock(gm, example_inputs, mode, options, dynamic, patches)
+        return _stock(gm, example_inputs, mode, options, dynamic, patches, name)
 
 
 def _reset() -> None:

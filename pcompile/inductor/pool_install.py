@@ -426,6 +426,11 @@ def install_pool() -> bool:
                 return False
             if pool_hook.ensure_compile_threads() <= 1:
                 return False  # the user asked for serial compiles
+            if pool_hook.thread_workers():
+                warn_once("pool-threads", "pcompile: Inductor compiles Triton kernels on threads here (compile_worker_mode "
+                          "'thread' or free-threaded Python), not through a process pool: pcompile's pool is not used; "
+                          "kernels still go through the store")
+                return False
             pool_hook.set_ptxas_path()
             if pool_hook.installed():
                 return True

@@ -20,6 +20,13 @@ Touched, read in torch 2.14.1 and 2.11.0 (line numbers 2.14/2.11):
 - `codecache._load_triton_kernel_from_source(kernel_name, source_code)` 4886/3829.
 - The CachingAutotuner's `precompile(warm_cache_only=True)` and `prepare_for_pickle()`
   (in-process fallback only).
+
+torch 2.15 (read against 2.15.0; the above is unchanged there) adds a thread mode:
+`AsyncCompile.get_worker_pool()` returns a `thread_pool()` and submits
+`_worker_compile_triton_thread` when `should_use_thread_workers()` (config.compile_worker_mode
+"thread", or "auto" on free-threaded Python). Then `process_pool` is never asked, so pcompile's
+pool stays out (`thread_workers()` says so); kernels still reach the store through Triton's
+cache manager.
 """
 from __future__ import annotations
 
@@ -149,6 +156,13 @@ def uninstall_process_pool() -> None:
     ac.process_pool = original
     delattr(ac, _ORIGINAL)
     ac._ready_future = None
+
+
+def thread_workers() -> bool:
+    """True when Inductor compiles on its own threads and never asks `process_pool` (2.15+)."""
+    async_compile, _, _, _ = _modules()
+    probe = getattr(async_compile.AsyncCompile, "should_use_thread_workers", None)
+    return bool(probe()) if callable(probe) else False
 
 
 def installed() -> bool:
