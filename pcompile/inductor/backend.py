@@ -14,8 +14,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
-import sys
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from pcompile.inductor import backward_ahead, flight, gate, hooks
 from pcompile.inductor import compat
@@ -27,7 +26,9 @@ _ALLOWED = {"mode", "options", "dynamic", "config_patches", "name"}  # name: tor
 # the same when torch.compile resolves backend="pcompile" (this import), so the first step pays
 # for compiling, not for importing (~1-2 s of module loading).
 try:
-    import torch._inductor.compile_fx  # noqa: F401
+    from pcompile.inductor.compat import compile_wrapper as _wrapper
+
+    _wrapper.import_compiler()
 except Exception:  # pragma: no cover - an import error shows up again, with context, at compile
     pass
 # With backward ahead on, its worker starts with the hooks: install them now, at torch.compile,
@@ -105,10 +106,9 @@ def pcompile_backend(gm: Any, example_inputs: Any, **kwargs: Any) -> Any:
 
 def _reset() -> None:
     """torch._dynamo.reset() calls this, as it calls the inductor wrapper's reset."""
-    trees = sys.modules.get("torch._inductor.cudagraph_trees")
-    reset: Callable[[], None] | None = getattr(trees, "reset_cudagraph_trees", None) if trees else None
-    if reset is not None:
-        reset()
+    from pcompile.inductor.compat import compile_wrapper
+
+    compile_wrapper.reset_cudagraph_trees()
 
 
 pcompile_backend.reset = _reset  # type: ignore[attr-defined]

@@ -30,6 +30,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
 from pcompile.config import Settings
+from pcompile.inductor.compat import pool_hook
 from pcompile.keys import Target, fingerprint, make_key
 from pcompile.keys.key import Key, KeyInputs, canonical_json
 from pcompile.pool.client import warn_once
@@ -46,7 +47,7 @@ ENV_EAGER = "PCOMPILE_POOL_EAGER"
 DEFAULT_IDLE_EXIT = 120.0
 ARTIFACT = "inductor-triton-worker-result-v1"
 BLOB = "result"
-WORKER_PRELOAD = ("torch", "torch._inductor.runtime.compile_tasks", "torch._inductor.runtime.triton_heuristics", "pcompile.inductor.compat.pool_hook", "pcompile.pool.prewarm")
+WORKER_PRELOAD = (*pool_hook.WORKER_MODULES, "pcompile.inductor.compat.pool_hook", "pcompile.pool.prewarm")
 
 
 def _env_float(name: str, default: float) -> float:

@@ -38,6 +38,9 @@ from typing import Any, Callable
 
 from pcompile.inductor.compat import CompatError, require_attr
 
+#: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
+CHECKED = {'torch': '2.11.0, 2.14.1, 2.15.0'}
+
 log = logging.getLogger("pcompile.inductor")
 _WRAPPED = "_pcompile_wrapped"
 #: Process-global numerics settings that enter Inductor's FX cache key (codecache.py:

@@ -21,6 +21,9 @@ from typing import Any, Callable
 
 from pcompile.inductor.compat import CompatError, require_attr
 
+#: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
+CHECKED = {'torch': '2.11.0, 2.14.1, 2.15.0'}
+
 _ORIGINAL_ATTR = "_pcompile_original"
 
 
@@ -95,6 +98,22 @@ def unroute() -> None:
 
 def routed() -> bool:
     return getattr(_cls().__call__, _ORIGINAL_ATTR, None) is not None
+
+
+def import_compiler() -> None:
+    """Import Inductor's compiler now, as torch.compile(backend="inductor") does when it returns."""
+    import torch._inductor.compile_fx  # noqa: F401
+
+
+def reset_cudagraph_trees() -> None:
+    """What the stock wrapper's reset() does (torch._dynamo.reset() calls it), without importing
+    cudagraph_trees where nothing used it."""
+    import sys
+
+    trees = sys.modules.get("torch._inductor.cudagraph_trees")
+    reset = getattr(trees, "reset_cudagraph_trees", None) if trees else None
+    if callable(reset):
+        reset()
 
 
 def compile_fx_fallback(gm: Any, example_inputs: Any, mode: str | None, options: dict[str, Any] | None) -> Any:

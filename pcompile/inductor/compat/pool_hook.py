@@ -44,6 +44,16 @@ from typing import Any, Callable, Iterator
 
 from pcompile.inductor.compat import CompatError, require_attr
 
+#: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
+CHECKED = {'torch': '2.11.0, 2.14.1, 2.15.0'}
+#: Attributes reached through helpers, which tools/private_surface.py cannot follow statically.
+PRIVATE = ("torch._inductor.async_compile.AsyncCompile._ready_future",
+           "torch._inductor.runtime.triton_heuristics.CachingAutotuner.precompile",
+           "torch._inductor.runtime.triton_heuristics.CachingAutotuner.prepare_for_pickle",
+           "torch._inductor.runtime.triton_heuristics.CachingAutotuner.restore_after_unpickle")
+
+#: What a pool worker imports before its first job (the forkserver preloads them; pool_install.py).
+WORKER_MODULES = ("torch", "torch._inductor.runtime.compile_tasks", "torch._inductor.runtime.triton_heuristics")
 _ORIGINAL = "_pcompile_original_process_pool"
 _INSTALLED_FLAG = "_pcompile_pool_factory"
 _DEVICE_RE = re.compile(r"DeviceProperties\(type='(\w+)', index=(\d+), multi_processor_count=(\d+), cc=(\d+)")
