@@ -405,7 +405,10 @@ def during_inductor_compile(enter: Callable[[], None], leave: Callable[[], None]
     (forward, and the lazily compiled backward), the windows where strict mode applies."""
     import torch._inductor.compile_fx as cfx
 
-    if getattr(cfx._compile_fx_inner, "_pcompile", False):
+    # A marker of its own: other adjustments wrap _compile_fx_inner too and set `_pcompile`
+    # (keep_tuned_graphs_unpublished runs first), which made this return before installing the
+    # window, so strict mode never applied inside Inductor's compile.
+    if getattr(cfx._compile_fx_inner, "_pcompile_window", False):
         return
 
     def windowed(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -418,6 +421,7 @@ def during_inductor_compile(enter: Callable[[], None], leave: Callable[[], None]
                 leave()
 
         inner._pcompile = True  # type: ignore[attr-defined]
+        inner._pcompile_window = True  # type: ignore[attr-defined]
         return inner
 
     cfx.joint_graph_passes = windowed(cfx.joint_graph_passes)
