@@ -137,7 +137,11 @@ def software_here() -> dict[str, Any]:
         local["triton"] = triton.__version__
     except ImportError:
         local["triton"] = None
-    local["cudnn"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    # Without a CUDA init: 2.15's cudnn._init() asks every device counted from CUDA_VISIBLE_DEVICES
+    # for its capability, and the virtual device answers only device 0 (warm --world-size failed).
+    from pcompile.inductor.compat.cudnn_version import version as cudnn_version
+
+    local["cudnn"] = cudnn_version() if torch.backends.cudnn.is_available() else None
     return local
 
 

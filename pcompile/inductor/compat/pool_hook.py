@@ -239,8 +239,15 @@ def _apply_triton_env(wanted: dict[str, str] | None) -> None:
     os.environ.update(wanted)
 
 
-def software() -> dict[str, str]:
-    """The build-relevant versions of this process, compared by the parent before it publishes."""
+def _arch_of(source: str) -> int | None:
+    """The sm arch a kernel source targets (its DeviceProperties cc), None if not CUDA."""
+    found = device_of(source)
+    return found[1] if found and found[0] == "cuda" else None
+
+
+def software(arch: int | None = None) -> dict[str, str]:
+    """The build-relevant versions of this process, compared by the parent before it publishes.
+    `arch`: the kernel's target, so "ptxas" names the ptxas Triton runs for it, as the key does."""
     import json
 
     from pcompile.keys import versions
@@ -248,7 +255,7 @@ def software() -> dict[str, str]:
     return {
         "torch": versions.torch_build(),
         "triton": versions.triton_build(),
-        "ptxas": versions.ptxas_version(),
+        "ptxas": versions.ptxas_version(arch),
         "python": versions.python_version(),
         "triton_env": json.dumps(triton_env(), sort_keys=True),
     }
@@ -317,7 +324,8 @@ def run_triton_job(
     with _no_gpu_driver_setup_in_worker():
         result = compile_tasks._worker_compile_triton(load_kernel, env, extra_config)
     seconds = time.perf_counter() - t0
-    return TritonResult(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL), software(), seconds, f"pid {os.getpid()}")
+    return TritonResult(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL), software(_arch_of(source)), seconds,
+                        f"pid {os.getpid()}")
 
 
 def compile_in_process(job: TritonJob) -> TritonResult:
@@ -341,4 +349,4 @@ def compile_in_process(job: TritonJob) -> TritonResult:
         data = pickle.dumps((kernel, elapsed_us), protocol=pickle.HIGHEST_PROTOCOL)
     finally:
         kernel.restore_after_unpickle(old_values)
-    return TritonResult(data, software(), time.perf_counter() - t0, "in-process")
+    return TritonResult(data, software(_arch_of(job.source)), time.perf_counter() - t0, "in-process")

@@ -85,6 +85,14 @@ def check() -> list[str]:
             _resolve(module, attr)
         except (ImportError, AttributeError):
             missing.append(f"{module}.{attr}")
+    # instance attributes the swap hook edits (allow_fake_param_moves)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    converter = FakeTensorMode().fake_tensor_converter
+    for owner, attr in ((converter, "constant_storage_mapping"), (converter.meta_converter, "tensor_memo"),
+                        (converter.meta_converter, "describer")):
+        if not hasattr(owner, attr):
+            missing.append(f"{type(owner).__qualname__}().{attr}")
     return missing
 
 
@@ -208,12 +216,23 @@ def allow_fake_param_moves() -> None:
         return
 
     def forget(mode: Any, pair: tuple[torch.Tensor, torch.Tensor]) -> None:
-        meta = mode.fake_tensor_converter.meta_converter
+        converter = mode.fake_tensor_converter
+        meta = converter.meta_converter
         for t in pair:
             meta.describer.lookup_tensor.pop(t, None)
         for key, value in list(meta.tensor_memo.items()):
             if value is pair[0] or value is pair[1]:
                 del meta.tensor_memo[key]
+        # One-element fakes carry their real value (`constant`) and sit weakly in the converter's
+        # alias table; that weakref makes swap_tensors refuse them (2.15: "Cannot swap t2 because
+        # it has weakref associated with it" for Linear(64, 1).bias; same fix as main's 60aeef7).
+        for key, refs in list(converter.constant_storage_mapping.items()):
+            kept = [r for r in refs if r() is not pair[0] and r() is not pair[1]]
+            if len(kept) != len(refs):
+                converter.constant_storage_mapping[key] = kept
+        for t in pair:
+            if is_fake(t) and getattr(t, "constant", None) is not None:
+                t.constant = None
 
     def swap_tensors(t1: torch.Tensor, t2: torch.Tensor) -> None:
         for mode in {id(t.fake_mode): t.fake_mode for t in (t1, t2) if is_fake(t)}.values():
