@@ -19,8 +19,12 @@ seen = []
 real = cfx.compile_fx
 
 
+regions = []
+
+
 def spy(gm, inputs, *args, **kwargs):
     seen.append({k: repr(v) for k, v in sorted((kwargs.get("config_patches") or {}).items())})
+    regions.append(kwargs.get("compile_region_name"))
     return real(gm, inputs, *args, **kwargs)
 
 
@@ -42,8 +46,15 @@ for backend in ("inductor", "pcompile"):
         torch.compile(lambda v: v + 1, backend=backend, options={"no_such_option": 1})(x)
     except Exception as exc:
         errors[backend] = str(exc).split("known options")[0]
+names = {}
+for backend in ("inductor", "pcompile"):  # torch.compile(name=): 2.15 forwards it to custom backends
+    torch._dynamo.reset()
+    regions.clear()
+    torch.compile(lambda v: v * 3, backend=backend, name="region_a")(x)
+    names[backend] = regions[0]
 from pcompile.inductor import hooks
-print("PCOMPILE_RESULT " + json.dumps({"patches": patches, "errors": errors, "active": hooks.state.active}))
+print("PCOMPILE_RESULT " + json.dumps({"patches": patches, "errors": errors, "names": names,
+                                       "active": hooks.state.active, "torch": torch.__version__}))
 '''
 
 
@@ -59,3 +70,8 @@ def test_mode_and_options_reach_inductor_unchanged(tmp_path: Path) -> None:
     # options at the first call, where Dynamo wraps it as "backend='pcompile' raised: RuntimeError: ...".
     assert result["errors"]["inductor"].startswith("Unexpected optimization option no_such_option")
     assert result["errors"]["inductor"] in result["errors"]["pcompile"]
+    # name= never breaks backend="pcompile" (2.15 passes it to custom backends); where torch
+    # passes it on, it reaches Inductor as it does for backend="inductor".
+    assert result["names"]["inductor"] == "region_a"
+    forwarded = tuple(int(p) for p in result["torch"].split(".")[:2]) >= (2, 15)
+    assert result["names"]["pcompile"] == ("region_a" if forwarded else None)

@@ -19,8 +19,8 @@ def test_installed_versions_are_inside_the_gate(monkeypatch: pytest.MonkeyPatch)
 
 
 @pytest.mark.parametrize("torch_v,triton_v,ok", [
-    ("2.11.0+cu130", "3.6.0", True), ("2.14.1", "3.9.1", True), ("2.10.0", "3.6.0", False),
-    ("2.15.0a0", "3.8.0", False), ("2.12.0", "3.5.0", False), ("2.12.0", "3.10.0", False), ("garbage", "3.6.0", False),
+    ("2.11.0+cu130", "3.6.0", True), ("2.14.1", "3.9.1", True), ("2.15.0+cu132", "3.9.0", True), ("2.10.0", "3.6.0", False),
+    ("2.16.0a0", "3.9.0", False), ("2.12.0", "3.5.0", False), ("2.12.0", "3.10.0", False), ("garbage", "3.6.0", False),
 ])
 def test_gate_ranges(monkeypatch: pytest.MonkeyPatch, torch_v: str, triton_v: str, ok: bool) -> None:
     monkeypatch.setenv(gate.ENV_PRETEND_TORCH, torch_v)

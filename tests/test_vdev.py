@@ -68,7 +68,7 @@ def test_torch_sees_one_h100_and_launches_are_swallowed(lib, tmp_path):
         "import torch, json\n"
         "from pcompile.vdev import preload\n"
         "p = torch.cuda.get_device_properties(0)\n"
-        "x = torch.zeros(8, device='cuda')\n"
+        "x = torch.full((8,), 3.0, device='cuda')\n"  # a fill kernel (2.15 zeroes with cudaMemsetAsync)
         "print(json.dumps({'avail': torch.cuda.is_available(), 'name': p.name, 'cc': [p.major, p.minor],\n"
         "  'launches': preload.stats_here().get('launch', 0)}))\n"
     )
@@ -207,3 +207,53 @@ def test_kernel_runs_only_on_the_device_it_was_loaded_on(lib, tmp_path):
     )
     got = _run_under_vdev(lib, tmp_path, code, devices=2)
     assert got == {"same": 0, "other_device": 400, "other_stream": 400}
+
+
+def _triton_driver_source() -> str:
+    triton = pytest.importorskip("triton")
+    path = Path(triton.__file__).parent / "backends" / "nvidia" / "driver.c"
+    if not path.exists():
+        pytest.skip("this triton has no CUDA backend source")
+    return path.read_text()
+
+
+def test_every_driver_function_triton_links_is_defined(lib):
+    """Triton compiles driver.c into cuda_utils.so against "the" libcuda.so.1 (ours under warm)
+    and Python loads it with RTLD_NOW: one driver function we lack fails every warm at its first
+    kernel load (triton 3.9 added cuStreamIsCapturing; the warm died with "undefined symbol")."""
+    import re
+
+    source = _triton_driver_source()
+    # direct calls only; names fetched with dlsym (defineGetFunctionHandle) may be absent
+    dlsymed = set(re.findall(r"defineGetFunctionHandle\(\s*\w+,\s*(cu\w+)\)", source))
+    called = {n for n in re.findall(r"\b(cu[A-Z]\w+)\s*\(", source) if not n.endswith("Handle")} - dlsymed - {"cuGetErrorString"}
+    assert "cuLaunchKernel" in called or "cuModuleLoadData" in called, "driver.c parse found no driver calls"
+    nm = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True, check=True).stdout
+    defined = {line.split()[-1] for line in nm.splitlines() if line.strip()}
+    missing = sorted(n for n in called if n not in defined and f"{n}_v2" not in defined)
+    assert not missing, f"vcuda.c lacks driver functions triton's driver.c calls: {missing}"
+
+
+def test_missing_entry_points_and_unknown_attributes_are_counted(lib, tmp_path):
+    """What a new CUDA/torch build asks for and the device cannot answer is reported by name."""
+    code = (
+        "import ctypes, json\n"
+        "rt = ctypes.CDLL('libcuda.so.1')\n"
+        "fn = ctypes.c_void_p(); st = ctypes.c_int(-1)\n"
+        "rt.cudaGetDriverEntryPoint(b'cuMadeUpNewCall', ctypes.byref(fn), ctypes.c_ulonglong(0), ctypes.byref(st))\n"
+        "ok = ctypes.c_void_p(); rt.cudaGetDriverEntryPoint(b'cuDeviceGet', ctypes.byref(ok), ctypes.c_ulonglong(0), ctypes.byref(st))\n"
+        "v = ctypes.c_int(); bad = rt.cuDeviceGetAttribute(ctypes.byref(v), 250, 0)\n"
+        "n = rt.pcompile_vdev_stats(None, 0); buf = ctypes.create_string_buffer(n + 1); rt.pcompile_vdev_stats(buf, n + 1)\n"
+        "s = json.loads(buf.value)\n"
+        "print(json.dumps({'fn': fn.value, 'ok': bool(ok.value), 'bad': bad, 'stats': s}))\n"
+    )
+    got = _run_under_vdev(lib, tmp_path, code)
+    assert got["fn"] is None and got["ok"] and got["bad"] != 0
+    assert got["stats"]["entry_point_missing:cuMadeUpNewCall"] == 1
+    assert "entry_point_missing:cuDeviceGet" not in got["stats"]
+    assert got["stats"]["attr_unknown:250"] == 1
+
+    from pcompile.warm.report import driver_gaps
+
+    refused, missing = driver_gaps([got["stats"], {"unsupported:cuMemCreate": 2}])
+    assert refused == {"cuMemCreate": 2} and missing == {"cuMadeUpNewCall": 1, "250": 1}

@@ -64,7 +64,8 @@ def test_cold_warm_writes_forward_backward_and_sm90_cubins(cold):
     targets = {tuple(sorted(m["target"].items())) for m in metas if isinstance(m, dict) and "target" in m}
     assert targets == {(("arch", 90), ("backend", "cuda"), ("warp_size", 32))}
     assert "loss 0.0000" in log  # the script's loss.item() logging reads the placeholder zero
-    assert rep["vdev"]["launch"] >= 1 and rep["vdev"]["cuModuleLoadData"] >= 1
+    # the script's zero-fills reach the device: native fill kernels through 2.14, cudaMemsetAsync in 2.15
+    assert rep["vdev"].get("launch", 0) + rep["vdev"].get("cudaMemsetAsync", 0) >= 1 and rep["vdev"]["cuModuleLoadData"] >= 1
 
 
 def test_second_warm_from_another_directory_hits_everything(cold, tmp_path):

@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from pcompile.inductor.graph_normalize import normalize_placeholder_types
-from pcompile.warm import compat
+from pcompile.inductor.compat import warm_runtime as compat
 from pcompile.warm import reads
 
 
 def test_private_apis_present_in_this_torch():
     assert compat.version_supported(), f"torch {torch.__version__} outside {compat.SUPPORTED}"
-    assert compat.check() == [], "private torch APIs used by pcompile warm moved; update pcompile/warm/compat.py"
+    assert compat.check() == [], "private torch APIs used by pcompile warm moved; update pcompile/inductor/compat/warm_runtime.py"
 
 
 def test_fake_tensor_read_methods_exist():

@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         shared_dir=args.shared_dir, timeout=args.timeout))
     if args.json:
         json.dump({"exit_code": result.exit_code, "seconds": result.seconds, "written": result.written,
-                   "report": result.report, "profile": result.profile.board, "lines": lines(result, check=args.check)},
+                   "report": result.report, "worker_vdev": result.worker_vdev, "profile": result.profile.board, "lines": lines(result, check=args.check)},
                   sys.stdout, default=str)
         sys.stdout.write("\n")
     else:

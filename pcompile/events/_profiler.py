@@ -3,7 +3,8 @@
 `record_function` costs ~10 us even with no profiler active, and inside a make_fx/proxy trace
 it would be recorded into the traced graph (changing graph hashes and so cache keys). So a
 range is opened only when a profiler is on and no dispatch mode (fake/proxy tracing) is active.
-The two checks use private torch names; `tests/test_events_profiler.py` fails loudly if they move.
+The two checks use private torch names, owned by pcompile/inductor/compat/profiler_state.py
+(tests/test_compat_profiler_state.py fails loudly if they move).
 """
 from __future__ import annotations
 
@@ -12,17 +13,9 @@ from typing import Any, Callable
 
 
 def _probe() -> tuple[Callable[[], bool], Callable[[], Any]] | None:
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return None
-    enabled = getattr(getattr(torch, "autograd", None), "_profiler_enabled", None)
-    try:
-        from torch.utils._python_dispatch import _get_current_dispatch_mode as mode
-    except Exception:
-        mode = None
-    if enabled is None:
-        return None
-    return enabled, (mode or (lambda: None))
+    from pcompile.inductor.compat.profiler_state import probes
+
+    return probes()
 
 
 _checks: tuple[Callable[[], bool], Callable[[], Any]] | bool | None = None  # False: probed, unusable

@@ -14,20 +14,21 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
-import sys
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from pcompile.inductor import backward_ahead, flight, gate, hooks, private_dir
 from pcompile.inductor import compat
 from pcompile.inductor.timing import span
 
-_ALLOWED = {"mode", "options", "dynamic", "config_patches"}
+_ALLOWED = {"mode", "options", "dynamic", "config_patches", "name"}  # name: torch 2.15 forwards torch.compile(name=)
 
 # torch.compile(backend="inductor") has imported Inductor's compiler by the time it returns; do
 # the same when torch.compile resolves backend="pcompile" (this import), so the first step pays
 # for compiling, not for importing (~1-2 s of module loading).
 try:
-    import torch._inductor.compile_fx  # noqa: F401
+    from pcompile.inductor.compat import compile_wrapper as _wrapper
+
+    _wrapper.import_compiler()
 except Exception:  # pragma: no cover - an import error shows up again, with context, at compile
     pass
 # With backward ahead on, its worker starts with the hooks: install them now, at torch.compile,
@@ -73,11 +74,11 @@ def compile_scope(gm: Any) -> Iterator[None]:
 
 
 def _stock(gm: Any, example_inputs: Any, mode: str | None, options: dict[str, Any] | None,
-           dynamic: bool | None, config_patches: dict[str, Any] | None) -> Any:
+           dynamic: bool | None, config_patches: dict[str, Any] | None, name: str | None = None) -> Any:
     from pcompile.inductor.compat import compile_wrapper
 
     if compat.check("compile_wrapper") is None:
-        wrapper = compile_wrapper.make(mode, options, dynamic)
+        wrapper = compile_wrapper.make(mode, options, dynamic, name)
         if config_patches:
             wrapper.config.update(config_patches)
         return compile_wrapper.call_stock(wrapper, gm, example_inputs)
@@ -96,23 +97,23 @@ def pcompile_backend(gm: Any, example_inputs: Any, **kwargs: Any) -> Any:
     options = kwargs.get("options")
     dynamic = kwargs.get("dynamic")
     patches = kwargs.get("config_patches")
+    name = kwargs.get("name")
     if not hooks.install_hooks() or private_dir.active():
-        return _stock(gm, example_inputs, mode, options, dynamic, patches)
+        return _stock(gm, example_inputs, mode, options, dynamic, patches, name)
     try:
         with compile_scope(gm):
-            return _stock(gm, example_inputs, mode, options, dynamic, patches)
+            return _stock(gm, example_inputs, mode, options, dynamic, patches, name)
     except Exception as exc:
         if not private_dir.recover(exc):
             raise
-    return _stock(gm, example_inputs, mode, options, dynamic, patches)  # once more, in the private dir
+    return _stock(gm, example_inputs, mode, options, dynamic, patches, name)  # once more, in the private dir
 
 
 def _reset() -> None:
     """torch._dynamo.reset() calls this, as it calls the inductor wrapper's reset."""
-    trees = sys.modules.get("torch._inductor.cudagraph_trees")
-    reset: Callable[[], None] | None = getattr(trees, "reset_cudagraph_trees", None) if trees else None
-    if reset is not None:
-        reset()
+    from pcompile.inductor.compat import compile_wrapper
+
+    compile_wrapper.reset_cudagraph_trees()
 
 
 pcompile_backend.reset = _reset  # type: ignore[attr-defined]

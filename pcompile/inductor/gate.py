@@ -17,7 +17,7 @@ import warnings
 log = logging.getLogger("pcompile.inductor")
 
 #: Inclusive (major, minor) ranges.
-TORCH_RANGE = ((2, 11), (2, 14))
+TORCH_RANGE = ((2, 11), (2, 15))
 TRITON_RANGE = ((3, 6), (3, 9))
 
 ENV_PRETEND_TORCH = "PCOMPILE_PRETEND_TORCH_VERSION"

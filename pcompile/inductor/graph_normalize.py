@@ -12,9 +12,9 @@ import torch
 
 
 def _is_fake(value: object) -> bool:
-    from torch._subclasses.fake_tensor import FakeTensor
+    from pcompile.inductor.compat.fake_tensor import is_fake
 
-    return isinstance(value, FakeTensor)
+    return is_fake(value)
 
 
 def _canonical_type(node: torch.fx.Node) -> type | None:
@@ -33,9 +33,9 @@ def _canonical_type(node: torch.fx.Node) -> type | None:
 
 
 def _is_fake_type(tp: type) -> bool:
-    from torch._subclasses.fake_tensor import FakeTensor
+    from pcompile.inductor.compat.fake_tensor import is_fake_type
 
-    return issubclass(tp, FakeTensor)
+    return is_fake_type(tp)
 
 
 def normalize_placeholder_types(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:

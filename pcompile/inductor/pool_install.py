@@ -31,6 +31,7 @@ from typing import Any, Callable
 
 from pcompile.config import Settings
 from pcompile.inductor import device_index
+from pcompile.inductor.compat import pool_hook
 from pcompile.keys import Target, fingerprint, make_key
 from pcompile.keys.key import Key, KeyInputs, canonical_json
 from pcompile.pool.client import warn_once
@@ -47,7 +48,7 @@ ENV_EAGER = "PCOMPILE_POOL_EAGER"
 DEFAULT_IDLE_EXIT = 120.0
 ARTIFACT = "inductor-triton-worker-result-v1"
 BLOB = "result"
-WORKER_PRELOAD = ("torch", "torch._inductor.runtime.compile_tasks", "torch._inductor.runtime.triton_heuristics", "pcompile.inductor.compat.pool_hook", "pcompile.pool.prewarm")
+WORKER_PRELOAD = (*pool_hook.WORKER_MODULES, "pcompile.inductor.compat.pool_hook", "pcompile.pool.prewarm")
 
 
 def _env_float(name: str, default: float) -> float:
@@ -431,6 +432,11 @@ def install_pool() -> bool:
                 return False
             if pool_hook.ensure_compile_threads() <= 1:
                 return False  # the user asked for serial compiles
+            if pool_hook.thread_workers():
+                warn_once("pool-threads", "pcompile: Inductor compiles Triton kernels on threads here (compile_worker_mode "
+                          "'thread' or free-threaded Python), not through a process pool: pcompile's pool is not used; "
+                          "kernels still go through the store")
+                return False
             pool_hook.set_ptxas_path()
             if pool_hook.installed():
                 return True

@@ -62,7 +62,8 @@ def fingerprint(target: Target | None = None, extra: Mapping[str, str] | None = 
     fields["target_arch"] = target.arch
     fields["target_name"] = target.name
     if ptxas:
-        fields["ptxas"] = versions.ptxas_version()
+        sm = target.arch[3:] if target.arch.startswith("sm_") else ""
+        fields["ptxas"] = versions.ptxas_version(int(sm) if sm.isdigit() else None)
     for name, value in (extra or {}).items():
         fields[f"x.{name}"] = str(value)
     return fields

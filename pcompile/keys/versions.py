@@ -61,18 +61,25 @@ def triton_build() -> str:
     except Exception:
         return "none"
     try:
-        try:
-            from triton.runtime.cache import triton_key  # triton >= 3.7
-        except ImportError:
-            from triton.compiler.compiler import triton_key  # triton 3.6
         import xxhash
+
+        from pcompile.inductor.compat.triton_build import triton_key
 
         return f"{triton.__version__}+{xxhash.xxh3_64_hexdigest(triton_key().encode())}"
     except Exception as exc:
         return f"{getattr(triton, '__version__', '?')}+unknown:{type(exc).__name__}"
 
 
-def _ptxas_path() -> str | None:
+def _ptxas_path(arch: int | None = None) -> str | None:
+    if arch is not None:  # the ptxas Triton itself picks for this arch (3.9 uses ptxas-blackwell from sm_90)
+        try:
+            from pcompile.inductor.compat.triton_build import ptxas_path
+
+            path = ptxas_path(arch)
+            if path and os.path.exists(path):
+                return path
+        except Exception:
+            pass
     for env in ("TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH"):
         path = os.environ.get(env)
         if path and os.path.exists(path):
@@ -89,8 +96,9 @@ def _ptxas_path() -> str | None:
 
 
 @functools.cache
-def ptxas_version() -> str:
-    path = _ptxas_path()
+def ptxas_version(arch: int | None = None) -> str:
+    """ptxas's version: the one Triton runs for sm_`arch`, or (no arch) the default one."""
+    path = _ptxas_path(arch)
     if not path:
         return "none"
     try:

@@ -16,11 +16,11 @@ from __future__ import annotations
 def _prewarm() -> None:
     _warm_triton()
     try:
-        import triton.compiler.compiler  # noqa: F401
-
+        from pcompile.inductor.compat.triton_warmup import import_compiler
         from pcompile.inductor.layer_keys import layer_fingerprint
         from pcompile.keys import fingerprint
 
+        import_compiler()
         fingerprint.software()
         for kind in ("triton", "autotune"):
             layer_fingerprint(kind)

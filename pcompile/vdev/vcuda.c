@@ -97,7 +97,8 @@ enum {
   X(cuDevicePrimaryCtxRetain) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice) \
   X(cuCtxSynchronize) X(cuModuleLoadData) X(cuModuleGetFunction) X(cuModuleUnload) \
   X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuFuncSetCacheConfig) X(cuGetErrorString) \
-  X(cuLaunchKernel) X(cuOccupancyMaxActiveClusters) X(cuPointerGetAttribute) X(not_supported)
+  X(cuLaunchKernel) X(cuOccupancyMaxActiveClusters) X(cuPointerGetAttribute) X(cuStreamIsCapturing) X(not_supported) \
+  X(entry_point_missing)
 
 enum {
 #define ENUM_ENTRY(n) C_##n,
@@ -116,6 +117,12 @@ static unsigned long long g_counts[C__COUNT];
 #define MAX_UNSUPPORTED 64
 static const char *g_unsupported_names[MAX_UNSUPPORTED];
 static unsigned long long g_unsupported_counts[MAX_UNSUPPORTED];
+/* Driver entry points asked for by name (cudaGetDriverEntryPoint) that this library lacks: a new
+ * torch/CUDA build calling something the device never answered shows up here, by name. */
+static char *g_missing_names[MAX_UNSUPPORTED];
+static unsigned long long g_missing_counts[MAX_UNSUPPORTED];
+/* Device attributes asked for that the profile does not hold (e.g. one a newer CUDA added). */
+static unsigned long long g_attr_unknown[N_ATTRS + 1];
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---------------------------------------------------------------- profile --- */
@@ -237,6 +244,10 @@ int pcompile_vdev_stats(char *buf, size_t n) {
   pthread_mutex_lock(&g_lock);
   for (int i = 0; i < MAX_UNSUPPORTED && g_unsupported_names[i]; i++)
     EMIT(", \"unsupported:%s\": %llu", g_unsupported_names[i], g_unsupported_counts[i]);
+  for (int i = 0; i < MAX_UNSUPPORTED && g_missing_names[i]; i++)
+    EMIT(", \"entry_point_missing:%s\": %llu", g_missing_names[i], g_missing_counts[i]);
+  for (int i = 0; i <= N_ATTRS; i++)
+    if (g_attr_unknown[i]) EMIT(", \"attr_unknown:%d\": %llu", i, g_attr_unknown[i]);
   pthread_mutex_unlock(&g_lock);
   EMIT("}");
 #undef EMIT
@@ -252,7 +263,7 @@ int pcompile_vdev_launches(void) { return (int)g_counts[C_launch]; }
 static void dump_stats(void) {
   const char *path = getenv("PCOMPILE_VDEV_STATS");
   if (!path || !*path) return;
-  char buf[8192];
+  char buf[16384];
   int len = pcompile_vdev_stats(buf, sizeof buf);
   if (len <= 0 || (size_t)len >= sizeof buf) return;
   FILE *f = fopen(path, "a");
@@ -284,6 +295,23 @@ static CUresult not_supported(const char *name) {
   }
   pthread_mutex_unlock(&g_lock);
   return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+static void note_missing_entry_point(const char *sym) {
+  COUNT(entry_point_missing);
+  pthread_mutex_lock(&g_lock);
+  for (int i = 0; i < MAX_UNSUPPORTED; i++) {
+    if (!g_missing_names[i]) {
+      g_missing_names[i] = strdup(sym);
+      g_missing_counts[i] = 1;
+      break;
+    }
+    if (!strcmp(g_missing_names[i], sym)) {
+      g_missing_counts[i]++;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&g_lock);
 }
 
 /* ---------------------------------------------------------------- host-backed memory --- */
@@ -390,7 +418,10 @@ cudaError_t cudaDeviceGetAttribute(int *value, int attr, int dev) {
   COUNT(cudaDeviceGetAttribute);
   if (!value) return cudaErrorInvalidValue;
   if (!valid_dev(dev)) return cudaErrorInvalidDevice;
-  if (attr < 0 || attr >= N_ATTRS || !g_attr_known[attr]) return cudaErrorInvalidValue;
+  if (attr < 0 || attr >= N_ATTRS || !g_attr_known[attr]) {
+    __atomic_add_fetch(&g_attr_unknown[attr < 0 || attr >= N_ATTRS ? N_ATTRS : attr], 1, __ATOMIC_RELAXED);
+    return cudaErrorInvalidValue;
+  }
   *value = (int)g_attr[attr];
   return cudaSuccess;
 }
@@ -590,6 +621,7 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char *sym, void **fn, unsigne
   Dl_info self;
   /* only hand out symbols defined by this library */
   if (p && dladdr(p, &info) && dladdr(&self_anchor, &self) && info.dli_fbase != self.dli_fbase) p = NULL;
+  if (!p && sym) note_missing_entry_point(sym);
   if (fn) *fn = p;
   if (status) *status = p ? 0 : 1;
   return cudaSuccess;
@@ -710,7 +742,10 @@ CUresult cuDeviceGetAttribute(int *value, int attr, CUdevice d) {
   COUNT(cuDeviceGetAttribute);
   if (!value) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_dev(d)) return CUDA_ERROR_INVALID_DEVICE;
-  if (attr < 0 || attr >= N_ATTRS || !g_attr_known[attr]) return CUDA_ERROR_INVALID_VALUE;
+  if (attr < 0 || attr >= N_ATTRS || !g_attr_known[attr]) {
+    __atomic_add_fetch(&g_attr_unknown[attr < 0 || attr >= N_ATTRS ? N_ATTRS : attr], 1, __ATOMIC_RELAXED);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   *value = (int)g_attr[attr];
   return CUDA_SUCCESS;
 }
@@ -754,6 +789,13 @@ CUresult cuCtxSetCurrent(CUcontext ctx) {
 }
 CUresult cuCtxGetDevice(CUdevice *d) { COUNT(cuCtxGetDevice); if (d) *d = t_dev; return CUDA_SUCCESS; }
 CUresult cuCtxSynchronize(void) { COUNT(cuCtxSynchronize); return CUDA_SUCCESS; }
+/* Linked by Triton 3.9's driver utilities (cuda_utils.so): nothing is ever captured here. */
+CUresult cuStreamIsCapturing(CUstream s, int *status) {
+  (void)s;
+  COUNT(cuStreamIsCapturing);
+  if (status) *status = 0; /* CU_STREAM_CAPTURE_STATUS_NONE */
+  return CUDA_SUCCESS;
+}
 /* A small per-thread context stack: push makes ctx current, pop restores the previous one. */
 #define CTX_STACK 16
 static __thread int t_ctx_stack[CTX_STACK];

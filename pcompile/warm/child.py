@@ -1,7 +1,7 @@
 """The warm process: runs an unchanged training script on fake tensors under the virtual device.
 
 Started only by `pcompile warm` (runner.py), with LD_PRELOAD set to the virtual device and the
-Inductor caches pointed at pcompile's cache dir. It installs the adjustments in compat.py, runs
+Inductor caches pointed at pcompile's cache dir. It installs the adjustments in pcompile/inductor/compat/warm_runtime.py, runs
 the script under one FakeTensorMode until N steps are done, and writes a JSON report for the
 parent. Usage: python -m pcompile.warm.child SPEC.json
 """
@@ -33,7 +33,7 @@ class _Strict:
 
     def enter(self) -> None:
         from pcompile.vdev import preload
-        from pcompile.warm import compat
+        from pcompile.inductor.compat import warm_runtime as compat
 
         self.depth += 1
         if compat.max_autotune_enabled():
@@ -133,7 +133,8 @@ def _predict_winner(autotuner: Any, report: dict[str, Any]) -> bool:
 def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict) -> Any:
     """Install every compat adjustment; returns the FakeTensorMode the script runs under."""
     from pcompile.inductor.graph_normalize import normalize_placeholder_types
-    from pcompile.warm import compat, reads
+    from pcompile.inductor.compat import warm_runtime as compat
+    from pcompile.warm import reads
 
     unselected: dict[str, int] = report["autotune_unselected"]
     report["pad_mm_guessed"] = 0
@@ -194,7 +195,7 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
 def _protect_user_files(spec: dict[str, Any], mode: Any) -> Any:
     """Redirect the script's writes (pcompile/warm/writes.py); returns the redirect state."""
     from pcompile.warm import writes
-    from pcompile.warm.compat import is_fake
+    from pcompile.inductor.compat.warm_runtime import is_fake
 
     keep = [p for p in (os.environ.get("PCOMPILE_CACHE_DIR"), os.environ.get("PCOMPILE_SHARED_DIR"),
                         os.environ.get("TORCHINDUCTOR_CACHE_DIR"), os.environ.get("TRITON_CACHE_DIR")) if p]
@@ -257,7 +258,7 @@ def run(spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor")
 
     from pcompile.vdev import preload
-    from pcompile.warm import compat
+    from pcompile.inductor.compat import warm_runtime as compat
     from pcompile.warm.stop import StepCounter
 
     report["torch"] = torch.__version__
@@ -266,7 +267,8 @@ def run(spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     report["software"] = software_here()
     missing = compat.check()
     if missing or not compat.version_supported():
-        report["error"] = (f"torch {torch.__version__} is not supported by pcompile warm (needs 2.11-2.14"
+        lo, hi = compat.SUPPORTED
+        report["error"] = (f"torch {torch.__version__} is not supported by pcompile warm (needs {lo[0]}.{lo[1]}-{hi[0]}.{hi[1]}"
                            + (f"; missing private APIs: {', '.join(missing)}" if missing else "") + ")")
         return EXIT_UNSUPPORTED, report
     strict = _Strict(bool(spec.get("strict")))

@@ -38,8 +38,10 @@ def report_lines(result: Any, check: bool = False) -> list[str]:
                    + ("; the misses were compiled now" if fx_hit < fx_n or aot_hit < aot_n else ""))
     v = r.get("vdev", {})
     worker_calls = sum(int(s.get("launch", 0)) for s in result.worker_vdev)
+    refused, missing = driver_gaps([v, *result.worker_vdev])
     out.append(f"virtual device: {v.get('launch', 0) + worker_calls} native launches swallowed, {v.get('cuModuleLoadData', 0)} kernels loaded, "
-               f"{v.get('not_supported', 0)} refused driver calls")
+               f"{sum(refused.values())} refused driver calls" + _named(refused)
+               + (f", {len(missing)} driver entry points or device attributes asked for but not provided" + _named(missing) if missing else ""))
     out.append(f"pcompile backend: {r.get('pcompile_backend', '?')}")
     unsel = r.get("autotune_unselected", {})
     if unsel:
@@ -79,6 +81,24 @@ def report_lines(result: Any, check: bool = False) -> list[str]:
     for line in result.version_warnings:
         out.append(f"warning: {line}")
     return out
+
+
+def driver_gaps(stats: list[dict[str, Any]]) -> tuple[dict[str, int], dict[str, int]]:
+    """({refused call: count}, {missing entry point or device attribute: count}) over every
+    process's vdev counts: what a new torch/Triton/CUDA build asks of the virtual device that it
+    does not answer."""
+    refused: dict[str, int] = {}
+    missing: dict[str, int] = {}
+    for s in stats:
+        for key, n in s.items():
+            for prefix, into in (("unsupported:", refused), ("entry_point_missing:", missing), ("attr_unknown:", missing)):
+                if key.startswith(prefix):
+                    into[key[len(prefix):]] = into.get(key[len(prefix):], 0) + int(n)
+    return refused, missing
+
+
+def _named(counts: dict[str, int]) -> str:
+    return f" ({', '.join(f'{k} x{n}' for k, n in sorted(counts.items()))})" if counts else ""
 
 
 def _reads_and_writes(r: dict[str, Any]) -> list[str]:

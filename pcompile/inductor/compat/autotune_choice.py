@@ -22,6 +22,19 @@ from typing import Any, Callable
 
 from pcompile.inductor.compat import CompatError, require_attr
 
+#: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
+CHECKED = {'torch': '2.11.0, 2.14.1, 2.15.0'}
+#: Attributes of objects Inductor hands over, which tools/private_surface.py cannot follow statically.
+PRIVATE = ("torch._inductor.runtime.triton_heuristics.CachingAutotuner.save_cache_hook",
+           "torch._inductor.runtime.triton_heuristics.CachingAutotuner.launchers",
+           "torch._inductor.runtime.triton_heuristics.CachingAutotuner.compile_results",
+           "torch._inductor.runtime.triton_heuristics.CachingAutotuner.configs",
+           "torch._inductor.runtime.triton_heuristics.CachingAutotuner.inductor_meta",
+           "torch._inductor.runtime.autotune_cache.AutotuneCache.save",
+           "torch._inductor.runtime.autotune_cache.AutotuneCache.local_cache",
+           "torch._inductor.runtime.autotune_cache.AutotuneCache.remote_cache",
+           "torch._inductor.runtime.autotune_cache.AutotuneCache._record_artifact")
+
 _REDUCTION_BLOCKS = ("R0_BLOCK", "R1_BLOCK", "RBLOCK")
 
 

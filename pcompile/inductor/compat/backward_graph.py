@@ -16,7 +16,8 @@ Touched (torch 2.14.1 and 2.11.0):
   globals by `aot_stage2_autograd`, so wrapping the module attribute intercepts them;
 - `torch._inductor.compile_fx.compile_fx_backward(gm, inputs, compiler_config_extra, inner_compile)`
   and its `CompilerConfigExtra` dataclass (2.11: cudagraphs, graph_id, forward_device; 2.14 adds
-  forward_is_partitioned and cudagraphs_bwd_override);
+  forward_is_partitioned and cudagraphs_bwd_override; 2.15 renames forward_device to
+  forward_device_index and forward_is_partitioned to forward_is_cudagraph_partitioned);
 - `torch._inductor.graph.GraphLowering.decide_layout_opt(gm, *, is_inference)` and
   `find_nodes_prefer_channels_last(self)` (reads only `self.module`), and
   `torch._prims_common.is_non_overlapping_and_dense_or_false`, to predict the channels-last
@@ -36,6 +37,9 @@ import logging
 from typing import Any, Callable
 
 from pcompile.inductor.compat import CompatError, require_attr
+
+#: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
+CHECKED = {'torch': '2.11.0, 2.14.1, 2.15.0'}
 
 log = logging.getLogger("pcompile.inductor")
 _WRAPPED = "_pcompile_wrapped"
@@ -72,7 +76,8 @@ def check() -> None:
 
     require_attr(prims_common, "is_non_overlapping_and_dense_or_false", "torch._prims_common")
     extra = require_attr(cfx, "CompilerConfigExtra", "torch._inductor.compile_fx")
-    known = {"cudagraphs", "graph_id", "forward_device", "forward_is_partitioned", "cudagraphs_bwd_override"}
+    known = {"cudagraphs", "graph_id", "forward_device", "forward_is_partitioned", "cudagraphs_bwd_override",
+             "forward_device_index", "forward_is_cudagraph_partitioned"}  # 2.15 names
     for f in dataclasses.fields(extra):  # type: ignore[arg-type]
         if f.name not in known and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise CompatError(f"torch._inductor.compile_fx.CompilerConfigExtra has a new required field {f.name!r}")
@@ -385,7 +390,9 @@ def _config_extra() -> Any:
     from torch._inductor.cudagraph_utils import BoxedDeviceIndex
 
     values = {"cudagraphs": BoxedBool(False), "graph_id": 0, "forward_device": BoxedDeviceIndex(None),
-              "forward_is_partitioned": BoxedBool(False)}
+              "forward_is_partitioned": BoxedBool(False),
+              # 2.15's names for the last two
+              "forward_device_index": BoxedDeviceIndex(None), "forward_is_cudagraph_partitioned": BoxedBool(False)}
     names = {f.name for f in dataclasses.fields(CompilerConfigExtra)}
     return CompilerConfigExtra(**{k: v for k, v in values.items() if k in names})
 

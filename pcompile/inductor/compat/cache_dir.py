@@ -14,6 +14,9 @@ import os
 
 from pcompile.inductor.compat import require_attr
 
+#: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
+CHECKED = {'torch': '2.11.0, 2.14.1, 2.15.0'}
+
 
 def check() -> None:
     import torch._inductor.runtime.cache_dir_utils as utils

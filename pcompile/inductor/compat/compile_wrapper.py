@@ -9,15 +9,20 @@ compiles through pcompile. Subclasses (the AOTInductor wrapper) are left alone.
 
 Touched (torch 2.14.1 and 2.11.0: `torch/__init__.py` class at 2818/2389 with
 `__init__(mode, options, dynamic[, name])`, `apply_mode`, `apply_options`, `config`, and
-`__call__(model_, inputs_)`, which 2.14 extends with `*, config_patches`). `compile_fx(gm,
+`__call__(model_, inputs_)`, which 2.14 extends with `*, config_patches`; 2.15.0: the same at
+2846, and `_TorchCompileWrapper` now passes `name=` on to custom backends such as pcompile). `compile_fx(gm,
 inputs, config_patches=...)` is the fallback when the class is gone.
 """
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any, Callable
 
 from pcompile.inductor.compat import CompatError, require_attr
+
+#: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
+CHECKED = {'torch': '2.11.0, 2.14.1, 2.15.0'}
 
 _ORIGINAL_ATTR = "_pcompile_original"
 
@@ -46,9 +51,17 @@ def check() -> None:
         raise CompatError("torch._TorchCompileInductorWrapper has no dict .config")
 
 
-def make(mode: str | None, options: dict[str, Any] | None, dynamic: bool | None = None) -> Any:
-    """The stock wrapper torch.compile would have built for backend="inductor"."""
-    return _cls()(mode, dict(options) if options else None, dynamic)
+def make(mode: str | None, options: dict[str, Any] | None, dynamic: bool | None = None, name: str | None = None) -> Any:
+    """The stock wrapper torch.compile would have built for backend="inductor".
+
+    `name` is torch.compile(name=...): 2.15 forwards it to custom backends too (2.14 did not);
+    the wrapper hands it to compile_fx as `compile_region_name`. A torch whose wrapper takes no
+    name (2.11) gets none, as backend="inductor" would there."""
+    cls = _cls()
+    opts = dict(options) if options else None
+    if name is not None and "name" in inspect.signature(cls.__init__).parameters:
+        return cls(mode, opts, dynamic, name)
+    return cls(mode, opts, dynamic)
 
 
 def call_stock(wrapper: Any, gm: Any, example_inputs: Any, **kwargs: Any) -> Any:
@@ -85,6 +98,22 @@ def unroute() -> None:
 
 def routed() -> bool:
     return getattr(_cls().__call__, _ORIGINAL_ATTR, None) is not None
+
+
+def import_compiler() -> None:
+    """Import Inductor's compiler now, as torch.compile(backend="inductor") does when it returns."""
+    import torch._inductor.compile_fx  # noqa: F401
+
+
+def reset_cudagraph_trees() -> None:
+    """What the stock wrapper's reset() does (torch._dynamo.reset() calls it), without importing
+    cudagraph_trees where nothing used it."""
+    import sys
+
+    trees = sys.modules.get("torch._inductor.cudagraph_trees")
+    reset = getattr(trees, "reset_cudagraph_trees", None) if trees else None
+    if callable(reset):
+        reset()
 
 
 def compile_fx_fallback(gm: Any, example_inputs: Any, mode: str | None, options: dict[str, Any] | None) -> Any:

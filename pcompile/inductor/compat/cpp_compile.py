@@ -21,6 +21,9 @@ from typing import Any, Callable, Sequence
 
 from pcompile.inductor.compat import CompatError, require_attr
 
+#: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
+CHECKED = {'torch': '2.11.0, 2.14.1, 2.15.0'}
+
 _ORIGINAL_ATTR = "_pcompile_original"
 
 

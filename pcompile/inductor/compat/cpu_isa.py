@@ -14,6 +14,9 @@ import functools
 
 from pcompile.inductor.compat import CompatError, require_attr
 
+#: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
+CHECKED = {'torch': '2.11.0, 2.14.1, 2.15.0'}
+
 
 def check() -> None:
     import torch._inductor.cpu_vec_isa as isa

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from pcompile.inductor.compat import CompatError
 
+#: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
+CHECKED = {'torch': '2.11.0, 2.14.1, 2.15.0'}
+
 PRIVATE = ["torch._C._cudnn.getVersionInt"]
 
 

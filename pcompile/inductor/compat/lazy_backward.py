@@ -22,6 +22,9 @@ from typing import Iterator
 
 from pcompile.inductor.compat import require_attr
 
+#: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
+CHECKED = {'torch': '2.11.0, 2.14.1, 2.15.0'}
+
 ENV = "PCOMPILE_EAGER_BACKWARD"
 
 

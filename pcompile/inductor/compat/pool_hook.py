@@ -20,6 +20,13 @@ Touched, read in torch 2.14.1 and 2.11.0 (line numbers 2.14/2.11):
 - `codecache._load_triton_kernel_from_source(kernel_name, source_code)` 4886/3829.
 - The CachingAutotuner's `precompile(warm_cache_only=True)` and `prepare_for_pickle()`
   (in-process fallback only).
+
+torch 2.15 (read against 2.15.0; the above is unchanged there) adds a thread mode:
+`AsyncCompile.get_worker_pool()` returns a `thread_pool()` and submits
+`_worker_compile_triton_thread` when `should_use_thread_workers()` (config.compile_worker_mode
+"thread", or "auto" on free-threaded Python). Then `process_pool` is never asked, so pcompile's
+pool stays out (`thread_workers()` says so); kernels still reach the store through Triton's
+cache manager.
 """
 from __future__ import annotations
 
@@ -37,6 +44,16 @@ from typing import Any, Callable, Iterator
 
 from pcompile.inductor.compat import CompatError, require_attr
 
+#: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
+CHECKED = {'torch': '2.11.0, 2.14.1, 2.15.0'}
+#: Attributes reached through helpers, which tools/private_surface.py cannot follow statically.
+PRIVATE = ("torch._inductor.async_compile.AsyncCompile._ready_future",
+           "torch._inductor.runtime.triton_heuristics.CachingAutotuner.precompile",
+           "torch._inductor.runtime.triton_heuristics.CachingAutotuner.prepare_for_pickle",
+           "torch._inductor.runtime.triton_heuristics.CachingAutotuner.restore_after_unpickle")
+
+#: What a pool worker imports before its first job (the forkserver preloads them; pool_install.py).
+WORKER_MODULES = ("torch", "torch._inductor.runtime.compile_tasks", "torch._inductor.runtime.triton_heuristics")
 _ORIGINAL = "_pcompile_original_process_pool"
 _INSTALLED_FLAG = "_pcompile_pool_factory"
 _DEVICE_RE = re.compile(r"DeviceProperties\(type='(\w+)', index=(\d+), multi_processor_count=(\d+), cc=(\d+)")
@@ -151,6 +168,13 @@ def uninstall_process_pool() -> None:
     ac._ready_future = None
 
 
+def thread_workers() -> bool:
+    """True when Inductor compiles on its own threads and never asks `process_pool` (2.15+)."""
+    async_compile, _, _, _ = _modules()
+    probe = getattr(async_compile.AsyncCompile, "should_use_thread_workers", None)
+    return bool(probe()) if callable(probe) else False
+
+
 def installed() -> bool:
     async_compile, _, _, _ = _modules()
     return bool(getattr(async_compile.AsyncCompile.process_pool, _INSTALLED_FLAG, False))
@@ -215,8 +239,15 @@ def _apply_triton_env(wanted: dict[str, str] | None) -> None:
     os.environ.update(wanted)
 
 
-def software() -> dict[str, str]:
-    """The build-relevant versions of this process, compared by the parent before it publishes."""
+def _arch_of(source: str) -> int | None:
+    """The sm arch a kernel source targets (its DeviceProperties cc), None if not CUDA."""
+    found = device_of(source)
+    return found[1] if found and found[0] == "cuda" else None
+
+
+def software(arch: int | None = None) -> dict[str, str]:
+    """The build-relevant versions of this process, compared by the parent before it publishes.
+    `arch`: the kernel's target, so "ptxas" names the ptxas Triton runs for it, as the key does."""
     import json
 
     from pcompile.keys import versions
@@ -224,7 +255,7 @@ def software() -> dict[str, str]:
     return {
         "torch": versions.torch_build(),
         "triton": versions.triton_build(),
-        "ptxas": versions.ptxas_version(),
+        "ptxas": versions.ptxas_version(arch),
         "python": versions.python_version(),
         "triton_env": json.dumps(triton_env(), sort_keys=True),
     }
@@ -293,7 +324,8 @@ def run_triton_job(
     with _no_gpu_driver_setup_in_worker():
         result = compile_tasks._worker_compile_triton(load_kernel, env, extra_config)
     seconds = time.perf_counter() - t0
-    return TritonResult(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL), software(), seconds, f"pid {os.getpid()}")
+    return TritonResult(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL), software(_arch_of(source)), seconds,
+                        f"pid {os.getpid()}")
 
 
 def compile_in_process(job: TritonJob) -> TritonResult:
@@ -317,4 +349,4 @@ def compile_in_process(job: TritonJob) -> TritonResult:
         data = pickle.dumps((kernel, elapsed_us), protocol=pickle.HIGHEST_PROTOCOL)
     finally:
         kernel.restore_after_unpickle(old_values)
-    return TritonResult(data, software(), time.perf_counter() - t0, "in-process")
+    return TritonResult(data, software(_arch_of(job.source)), time.perf_counter() - t0, "in-process")

@@ -30,6 +30,16 @@ from typing import Any, Callable
 
 from pcompile.inductor.compat import CompatError, require_attr
 
+#: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
+CHECKED = {'torch': '2.11.0, 2.14.1, 2.15.0'}
+#: Names reached through helpers or loops, which tools/private_surface.py cannot follow statically.
+PRIVATE = ("torch._inductor.remote_cache.RemoteFxGraphCache", "torch._inductor.remote_cache.RemoteAOTAutogradCache",
+           "torch._inductor.remote_cache.RemoteAutotuneCache", "torch._inductor.remote_cache.RemoteBundledAutotuneCache",
+           "torch._inductor.remote_cache.RemoteCache.backend_override_cls",
+           "torch._inductor.config.fx_graph_remote_cache", "torch._inductor.config.autotune_remote_cache",
+           "torch._inductor.config.bundled_autotune_remote_cache", "torch._inductor.config.fx_graph_cache",
+           "torch._functorch.config.enable_remote_autograd_cache", "torch._functorch.config.enable_autograd_cache")
+
 #: pcompile layer -> the torch RemoteCache subclass whose backend it replaces.
 CLASS_FOR_LAYER: dict[str, str] = {
     "graph": "RemoteFxGraphCache",

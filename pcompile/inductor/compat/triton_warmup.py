@@ -32,6 +32,9 @@ from typing import Any, Iterator
 
 from pcompile.inductor.compat import CompatError, require_attr
 
+#: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
+CHECKED = {'torch': '2.11.0, 2.14.1, 2.15.0', 'triton': '3.6.0, 3.8.0, 3.9.0'}
+
 KERNEL_SOURCE = '''
 import triton
 import triton.language as tl
@@ -61,6 +64,11 @@ def check() -> None:
     if params[1:4] != ["fn", "signature", "constexprs"]:
         raise CompatError(f"triton ASTSource takes {params[1:]}, expected (fn, signature, constexprs, ...)")
     require_attr(backends_compiler, "GPUTarget", "triton.backends.compiler")
+
+
+def import_compiler() -> None:
+    """Import Triton's compiler (what a fresh process's first kernel compile imports)."""
+    importlib.import_module("triton.compiler.compiler")
 
 
 def has_cuda_backend() -> bool:
@@ -137,4 +145,4 @@ def warm(arch: int = 90, warp_size: int = 32) -> dict[str, Any]:
     return {"compiled": True, "cubin_bytes": len(cubin or b""), "seconds": time.perf_counter() - t0}
 
 
-__all__ = ["INDUCTOR_MODULES", "check", "has_cuda_backend", "warm"]
+__all__ = ["INDUCTOR_MODULES", "check", "has_cuda_backend", "import_compiler", "warm"]

@@ -1,4 +1,7 @@
-"""Every private torch API the warm path touches, in one place, for torch 2.11 to 2.14.
+"""Every private torch API the warm path touches, in one place, for torch 2.11 to 2.15.
+
+(Moved here from pcompile/warm/compat.py so that every private touch lives under compat/; it still
+holds several concerns and is the next one to split.)
 
 The warm child runs an ordinary training script on fake tensors under the virtual device. Stock
 torch then needs a few adjustments so that executing compiled code does nothing, no value is
@@ -16,7 +19,9 @@ from typing import Any, Callable
 
 import torch
 
-SUPPORTED = ((2, 11), (2, 14))
+from pcompile.inductor.gate import TORCH_RANGE as SUPPORTED  # one range for hooks and warm
+
+CHECKED = {"torch": "2.11.0, 2.14.1, 2.15.0 (2.15: check() and tests/test_warm*.py)"}
 
 # (module path, attribute) of every private symbol used below.
 PRIVATE_SYMBOLS: list[tuple[str, str]] = [
