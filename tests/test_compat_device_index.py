@@ -26,6 +26,8 @@ async_compile.triton('k', '''
 
 def test_check_passes_on_this_torch() -> None:
     assert compat.check("device_index") is None
+    di.check()  # raises CompatError naming the private API that moved
+    assert di.cpp_wrapper_on() is False
 
 
 def test_patterns_find_and_rebind_every_device_reference() -> None:

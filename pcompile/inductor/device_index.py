@@ -95,12 +95,10 @@ def home_for_key(gm: Any, example_inputs: Any) -> int | None:
     has no CUDA tensor input (the load then binds to the current device) or names an unindexed
     "cuda" (which tracing resolves to the current device). Never under the C++ wrapper.
     """
-    from torch._inductor import config
-
-    if getattr(config, "cpp_wrapper", False) or getattr(config, "aot_inductor", None) and \
-            getattr(config.aot_inductor, "output_path", ""):
-        return None
     from pcompile.inductor.compat import device_index as compat
+
+    if compat.cpp_wrapper_on():
+        return None
 
     inputs = _cuda_indices(example_inputs)
     named = compat.graph_devices(gm)

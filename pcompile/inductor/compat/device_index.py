@@ -51,6 +51,17 @@ from typing import Any, Callable, ContextManager, Iterator, Protocol
 
 from pcompile.inductor.compat import CompatError, require_attr
 
+CHECKED = {'torch': '2.11.0, 2.14.1, 2.15.0'}
+
+
+def cpp_wrapper_on() -> bool:
+    """The C++ wrapper (cpp_wrapper, AOTInductor) spells devices its own way: never normalised."""
+    from torch._inductor import config
+
+    aoti = getattr(config, "aot_inductor", None)
+    return bool(getattr(config, "cpp_wrapper", False) or (aoti is not None and getattr(aoti, "output_path", "")))
+
+
 #: Every way Inductor's python wrapper and Triton kernel sources spell a CUDA device index; the
 #: index is the named group `i`. Names that merely contain an index (stream1, semaphores_cuda_1)
 #: are not device references and are left alone.
