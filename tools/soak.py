@@ -117,6 +117,7 @@ def main() -> int:
     }
     print(json.dumps(summary, indent=1))
     ok = (failed == 0 and summary["configs_with_two_digests"] == 0 and bad == 0 and summary["bytes_after_gc"] <= args.max_bytes
+          and summary["peak_bytes_sampled"] <= args.max_bytes
           and not leases and not children and summary["fd_growth_max"] <= 2)
     print("soak:", "PASS" if ok else "FAIL")
     return 0 if ok else 1

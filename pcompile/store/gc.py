@@ -131,10 +131,54 @@ def collect_garbage(
     result.entries_after = count
     result.bytes_after = max(0, result.bytes_before - result.bytes_freed)
     write_usage(tier, result.bytes_after, count, scanned_at=now)
+    _trim_ledger(tier, now)
     return result
 
 
 USAGE_FILE = "usage.json"
+#: One line per local write ("<time> <bytes>"), appended by every writer of the node, so each
+#: writer's budget check counts the others' writes since the last GC scan too.
+LEDGER_FILE = "written.log"
+
+
+def note_write(tier: DirectoryTier, size: int) -> None:
+    """Append to the write ledger (O_APPEND: a short line lands whole, also from many processes)."""
+    try:
+        fd = os.open(tier.root / LEDGER_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"{time.time():.3f} {size}\n".encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def written_since(tier: DirectoryTier, since: float) -> int:
+    """Bytes the node's writers added after `since`, by the ledger."""
+    raw = fsio.read_file(tier.root / LEDGER_FILE) or b""
+    total = 0
+    for line in raw.splitlines():
+        parts = line.split()
+        try:
+            if len(parts) == 2 and float(parts[0]) >= since:
+                total += int(parts[1])
+        except ValueError:
+            continue
+    return total
+
+
+def _trim_ledger(tier: DirectoryTier, before: float) -> None:
+    """Drop ledger lines the usage record already covers (a second margin for clock steps)."""
+    path = tier.root / LEDGER_FILE
+    raw = fsio.read_file(path)
+    if not raw:
+        return
+    keep = [ln for ln in raw.splitlines() if len(ln.split()) == 2 and ln.split()[0].replace(b".", b"", 1).isdigit()
+            and float(ln.split()[0]) >= before - 1.0]
+    try:
+        fsio.atomic_write(path, b"".join(ln + b"\n" for ln in keep), tier.tmp, replace=True)
+    except OSError:
+        pass
 
 
 def write_usage(tier: DirectoryTier, total: int, entries: int, scanned_at: float) -> None:

@@ -45,7 +45,6 @@ class Store:
         self._puts = 0
         self._warned: set[str] = set()
         self._down: set[Tier] = set()
-        self._writes: list[tuple[float, int]] = []  # (wall time, bytes) of local writes, for the budget
         self._gc_asked = 0.0
         #: Called as fn(errno, detail) when the local tier's dir fails (full, read-only, gone) or
         #: drops below the free-space floor; the Inductor layer moves its working files away.
@@ -197,8 +196,10 @@ class Store:
                     if self._over_budget(entry.size):
                         continue
                 tier.put(entry)
-                if tier is self.local:
-                    self._writes.append((time.time(), entry.size))
+                if tier is self.local and isinstance(tier, DirectoryTier):
+                    from pcompile.store.gc import note_write
+
+                    note_write(tier, entry.size)
                 self.stats.tier(tier.name, bytes_written=entry.size, write_seconds=time.perf_counter() - t0)
             except OSError as exc:
                 self.stats.tier(tier.name, errors=1)
@@ -223,18 +224,18 @@ class Store:
 
     def _over_budget(self, size: int) -> bool:
         """True (and a GC asked for) if writing `size` more bytes would take the node-local tier
-        past PCOMPILE_MAX_BYTES: the last GC's count plus what this process wrote since its scan
-        (other processes' writes since then are theirs to count; GC corrects all at its next run)."""
+        past PCOMPILE_MAX_BYTES: the last GC's count plus what the node's writers added since its
+        scan (gc.py's write ledger). Two writers checking at the same instant may both pass: the
+        overshoot is at most one entry per concurrent writer, and GC takes it back."""
         if not isinstance(self.local, DirectoryTier):
             return False
-        from pcompile.store.gc import read_usage
+        from pcompile.store.gc import read_usage, written_since
 
         usage = read_usage(self.local)
         if usage is None:
             return False
         total, scanned_at = usage
-        self._writes = [(t, n) for t, n in self._writes if t >= scanned_at - 1.0]
-        if total + sum(n for _t, n in self._writes) + size <= self.settings.max_bytes:
+        if total + written_since(self.local, scanned_at - 1.0) + size <= self.settings.max_bytes:
             return False
         self.stats.add(budget_skips=1)
         log.info("node-local cache at its budget (PCOMPILE_MAX_BYTES=%d): not caching %d bytes until GC makes room",
