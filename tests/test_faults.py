@@ -2,7 +2,9 @@
 process: the job completes, equals stock Inductor bit for bit, pcompile says one line naming the
 problem, and `pcompile verify` finds nothing bad after. Rows needing what the machine lacks
 (root for mounts, quotas, NFS, a delaying block device, redis-server) skip with the reason.
-The slower rows (read-only at start, torn shared file, Redis hung) run in `python tools/faults.py`.
+The other rows (read-only at start, torn shared file, Redis hung, lease skew, shared tier full, S3
+503, worker killed, socket deleted, another user's pool, another torch) run in tools/faults.py:
+each costs one or two more compiles, and CI's budget is the whole suite's.
 """
 from __future__ import annotations
 

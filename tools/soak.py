@@ -120,6 +120,12 @@ def main() -> int:
           and summary["peak_bytes_sampled"] <= args.max_bytes
           and not leases and not children and summary["fd_growth_max"] <= 2)
     print("soak:", "PASS" if ok else "FAIL")
+    if ok:
+        import shutil
+
+        shutil.rmtree(cache, ignore_errors=True)  # a failed soak keeps its cache dir for inspection
+    else:
+        print("cache dir kept:", cache)
     return 0 if ok else 1
 
 
