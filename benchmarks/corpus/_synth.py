@@ -10,6 +10,7 @@ import os
 import pickle
 import random
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -138,3 +139,60 @@ def mark(out: Path, tag: str) -> None:
     stamp = out / ".setup_done"
     have = stamp.read_text().split() if stamp.exists() else []
     stamp.write_text(" ".join(sorted(set(have + [tag]))) + "\n")
+
+
+# ---------------------------------------------------------------- recipes shared by several cases
+def nanogpt_small(out: Path) -> None:
+    """nanoGPT's char-level layout (shakespeare_char): train.bin/val.bin + meta.pkl."""
+    char_dataset(out / "synth_char", n_words=20000)
+
+
+def nanogpt_full(out: Path) -> None:
+    """2M GPT-2-range token ids, no meta.pkl, so the model keeps vocab 50304."""
+    token_dataset(out / "synth_gpt2", n_tokens=2_000_000)
+
+
+def timm_train_small(out: Path) -> None:
+    image_folder(out, {"train": 2, "val": 2}, n_classes=4, size=64)
+
+
+def timm_train_full(out: Path) -> None:
+    image_folder(out / "full", {"train": 64, "val": 26}, n_classes=10, size=96, seed=1)
+
+
+def gptfast_checkpoint(case_dir: Path, d: Path) -> None:
+    """model.pth (random bf16 weights of the config named by the folder) and tokenizer.model,
+    from the case's own model.py (put in place by sources.py), so the state_dict keys are exact."""
+    import sys
+
+    import torch
+
+    sys.path.insert(0, str(case_dir))
+    from model import Transformer
+
+    torch.manual_seed(0)
+    model = Transformer.from_name(d.name)
+    d.mkdir(parents=True, exist_ok=True)
+    torch.save({k: v.to(torch.bfloat16) for k, v in model.state_dict().items()}, d / "model.pth")
+    sentencepiece_model(d / "tokenizer.model", vocab_size=model.config.vocab_size)
+
+
+def run_setup(case_dir: Path, small: Callable[[Path], None], full: Callable[[Path], None] | None = None,
+              argv: list[str] | None = None) -> None:
+    """The command line every case's setup_data.py shares: `python setup_data.py [DIR] [--full]`.
+    DIR defaults to the case's data/; each size is made once (DIR/.setup_done)."""
+    import argparse
+    import time
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dir", nargs="?", default=str(case_dir / "data"))
+    ap.add_argument("--full", action="store_true", help="also the inputs of the full-size GPU version")
+    args = ap.parse_args(argv)
+    out = Path(args.dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    for tag, make in (("small", small), ("full", full if args.full else None)):
+        if make is not None and not done(out, tag):
+            make(out)
+            mark(out, tag)
+    print(f"setup: {out} ready in {time.time() - t0:.1f} s")

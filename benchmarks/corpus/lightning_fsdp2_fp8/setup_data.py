@@ -7,9 +7,7 @@ data/wikitext-2.txt: 150k synthetic words (the demo dataset's file name; nothing
 The script has no arguments, so there is no separate full version.
 Deterministic; a second run with the same flags does nothing (DIR/.setup_done).
 """
-import argparse
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -17,19 +15,13 @@ sys.path.insert(0, str(HERE.parent))
 import _synth  # noqa: E402
 
 
+def small(out: Path) -> None:
+    # lightning.pytorch.demos.WikiText2 reads data/wikitext-2.txt and downloads only when it is missing
+    (out / "wikitext-2.txt").write_text(_synth.text(150_000, seed=0))
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser()
-    ap.add_argument("dir", nargs="?", default=str(HERE / "data"))
-    ap.add_argument("--full", action="store_true", help="also the inputs of the full-size GPU version")
-    args = ap.parse_args(argv)
-    out = Path(args.dir).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
-    if not _synth.done(out, "small"):
-        # lightning.pytorch.demos.WikiText2 reads data/wikitext-2.txt and downloads only when it is missing
-        (out / "wikitext-2.txt").write_text(_synth.text(150_000, seed=0))
-        _synth.mark(out, "small")
-    print(f"setup: {out} ready in {time.time() - t0:.1f} s")
+    _synth.run_setup(HERE, small, argv)
 
 
 if __name__ == "__main__":

@@ -8,9 +8,7 @@ data/ckpt_small/ckpt.pt (random GPT, 2 layers, block 16); full: data/ckpt_full/c
 Imports the case's model.py (put in place by ../sources.py) to get the exact state_dict keys.
 Deterministic; a second run with the same flags does nothing (DIR/.setup_done).
 """
-import argparse
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -33,23 +31,18 @@ def _checkpoint(d: Path, vocab_size: int, **dims):
                 "config": {"dataset": "synth_char"}}, d / "ckpt.pt")
 
 
+def small(out: Path) -> None:
+    meta = _synth.char_dataset(out / "synth_char", n_words=20000)
+    _checkpoint(out / "ckpt_small", meta["vocab_size"], n_layer=2, n_head=2, n_embd=64, block_size=16)
+
+
+def full(out: Path) -> None:
+    meta = _synth.char_dataset(out / "synth_char", n_words=20000)
+    _checkpoint(out / "ckpt_full", meta["vocab_size"], n_layer=12, n_head=12, n_embd=768, block_size=1024)
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser()
-    ap.add_argument("dir", nargs="?", default=str(HERE / "data"))
-    ap.add_argument("--full", action="store_true", help="also the inputs of the full-size GPU version")
-    args = ap.parse_args(argv)
-    out = Path(args.dir).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
-    if not _synth.done(out, "small"):
-        meta = _synth.char_dataset(out / "synth_char", n_words=20000)
-        _checkpoint(out / "ckpt_small", meta["vocab_size"], n_layer=2, n_head=2, n_embd=64, block_size=16)
-        _synth.mark(out, "small")
-    if args.full and not _synth.done(out, "full"):
-        meta = _synth.char_dataset(out / "synth_char", n_words=20000)
-        _checkpoint(out / "ckpt_full", meta["vocab_size"], n_layer=12, n_head=12, n_embd=768, block_size=1024)
-        _synth.mark(out, "full")
-    print(f"setup: {out} ready in {time.time() - t0:.1f} s")
+    _synth.run_setup(HERE, small, full, argv)
 
 
 if __name__ == "__main__":

@@ -7,9 +7,7 @@ small: data/synth_char (char-level train.bin/val.bin + meta.pkl, the layout of n
 full: data/synth_gpt2 (2M GPT-2-range token ids, no meta.pkl, so the model keeps vocab 50304).
 Deterministic; a second run with the same flags does nothing (DIR/.setup_done).
 """
-import argparse
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -18,20 +16,7 @@ import _synth  # noqa: E402
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser()
-    ap.add_argument("dir", nargs="?", default=str(HERE / "data"))
-    ap.add_argument("--full", action="store_true", help="also the inputs of the full-size GPU version")
-    args = ap.parse_args(argv)
-    out = Path(args.dir).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
-    if not _synth.done(out, "small"):
-        _synth.char_dataset(out / "synth_char", n_words=20000)
-        _synth.mark(out, "small")
-    if args.full and not _synth.done(out, "full"):
-        _synth.token_dataset(out / "synth_gpt2", n_tokens=2_000_000)
-        _synth.mark(out, "full")
-    print(f"setup: {out} ready in {time.time() - t0:.1f} s")
+    _synth.run_setup(HERE, _synth.nanogpt_small, _synth.nanogpt_full, argv)
 
 
 if __name__ == "__main__":
