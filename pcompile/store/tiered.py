@@ -131,8 +131,8 @@ class Store:
     def _fetch_for_node(self, key: Key) -> Entry | None:
         """Read the slower tiers for `key` once per node: the node's ranks all want the same
         entries at the same moment, and one fetch (backfilled into the local tier) serves them
-        all. A process that finds a neighbour fetching waits for that backfill, up to
-        FETCH_WAIT seconds, then reads for itself."""
+        all. A process that finds a neighbour fetching waits for that backfill (a neighbour that
+        died is noticed by the lease at once), up to FETCH_WAIT seconds, then reads for itself."""
         if self.fetches is None:
             return self._read(key, 1, len(self.tiers))
         name = f"fetch-{key}"
@@ -147,11 +147,11 @@ class Store:
                     return self._read(key, 0, 1) or self._read(key, 1, len(self.tiers))
                 finally:
                     lease.release()
-            while self.fetches.exists(name) and time.monotonic() < deadline:
-                time.sleep(0.01)
-            entry = self._read(key, 0, 1)
-            if entry is not None or time.monotonic() >= deadline:
-                return entry or self._read(key, 1, len(self.tiers))
+            time.sleep(0.01)
+            if not self.fetches.exists(name):  # the neighbour's fetch ended: its backfill is local, or it missed
+                return self._read(key, 0, 1) or self._read(key, 1, len(self.tiers))
+            if time.monotonic() >= deadline:
+                return self._read(key, 1, len(self.tiers))
 
     def _read(self, key: Key, start: int, stop: int) -> Entry | None:
         """The first hit among tiers[start:stop], backfilled into the faster tiers."""
