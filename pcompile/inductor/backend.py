@@ -31,6 +31,14 @@ try:
     _wrapper.import_compiler()
 except Exception:  # pragma: no cover - an import error shows up again, with context, at compile
     pass
+# torch.compile(m, backend="pcompile") imports this module before Dynamo wraps m: turn
+# whole-program entries on now, so a stored program of m is found at this very call.
+try:
+    from pcompile.inductor import programs as _programs
+
+    _programs.install()
+except Exception:  # pragma: no cover - the compile still works, traced as usual
+    pass
 # With backward ahead on, its worker starts with the hooks: install them now, at torch.compile,
 # not at the first graph (backward_ahead.py says why the worker must start early).
 if backward_ahead.wanted():

@@ -71,13 +71,28 @@ def call_stock(wrapper: Any, gm: Any, example_inputs: Any, **kwargs: Any) -> Any
     return call(wrapper, gm, example_inputs, **kwargs)
 
 
-def route_through(hook: Callable[..., Any]) -> None:
-    """Make `torch.compile`'s inductor wrapper call `hook(original_call, self, gm, inputs, **kw)`."""
+def route_through(hook: Callable[..., Any], on_build: Callable[[], None] | None = None) -> None:
+    """Make `torch.compile`'s inductor wrapper call `hook(original_call, self, gm, inputs, **kw)`,
+    and `on_build()` whenever torch.compile builds one (before Dynamo wraps the model)."""
     cls = _cls()
     current = cls.__call__
     if getattr(current, _ORIGINAL_ATTR, None) is not None:
         return
     original = current
+    if on_build is not None:
+        original_init = cls.__init__
+
+        @functools.wraps(original_init)
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            if type(self) is cls:
+                try:
+                    on_build()
+                except Exception:
+                    pass  # never break torch.compile
+            original_init(self, *args, **kwargs)
+
+        setattr(__init__, _ORIGINAL_ATTR, original_init)
+        cls.__init__ = __init__
 
     @functools.wraps(original)
     def __call__(self: Any, model_: Any, inputs_: Any, **kwargs: Any) -> Any:
@@ -94,6 +109,9 @@ def unroute() -> None:
     original = getattr(cls.__call__, _ORIGINAL_ATTR, None)
     if original is not None:
         cls.__call__ = original
+    original_init = getattr(cls.__init__, _ORIGINAL_ATTR, None)
+    if original_init is not None:
+        cls.__init__ = original_init
 
 
 def routed() -> bool:
