@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-FULL = ("gpt2", "llama", "resnet50")
-TINY = ("tiny-gpt2", "tiny-llama", "tiny-resnet")
+FULL = ("gpt2", "llama", "resnet50", "gpt2-dyn")
+TINY = ("tiny-gpt2", "tiny-llama", "tiny-resnet", "tiny-gpt2-dyn")
 
 
 @dataclasses.dataclass
@@ -20,6 +20,7 @@ class Workload:
     batch: dict[str, Any]
     loss: Callable[[Any, dict[str, Any]], Any]  # (compiled model, batch) -> scalar loss
     description: str
+    compile_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def _need(module: str, pip_name: str) -> Any:
@@ -55,6 +56,22 @@ def _gpt2(device: str, tiny: bool) -> Workload:
         b, s = 8, 512
     model = tf.GPT2LMHeadModel(cfg)
     return Workload(model, _lm_batch(cfg.vocab_size, b, s, device), _lm_loss, f"GPT-2 {cfg.n_layer}L/{cfg.n_embd}, batch {b}x{s}")
+
+
+def _gpt2_dynamic(device: str, tiny: bool) -> Workload:
+    """GPT-2 compiled with dynamic=True, fed two sequence lengths in turn (full, then half)."""
+    w = _gpt2(device, tiny)
+    full = w.batch
+    seq = full["input_ids"].shape[1]
+    half = {k: v[:, : seq // 2].contiguous() for k, v in full.items()}
+    turn = [0]
+
+    def loss(m: Any, _bt: dict[str, Any]) -> Any:
+        bt = (full, half)[turn[0] % 2]
+        turn[0] += 1
+        return _lm_loss(m, bt)
+
+    return Workload(w.model, full, loss, w.description + f" and {seq // 2} in turn, dynamic=True", {"dynamic": True})
 
 
 def _llama(device: str, tiny: bool) -> Workload:
@@ -93,7 +110,7 @@ def _resnet(device: str, tiny: bool) -> Workload:
     return Workload(model, batch, loss, f"ResNet-{'tiny' if tiny else '50'}, batch {b}x{hw}x{hw}")
 
 
-_BUILDERS = {"gpt2": _gpt2, "llama": _llama, "resnet50": _resnet}
+_BUILDERS = {"gpt2": _gpt2, "llama": _llama, "resnet50": _resnet, "gpt2-dyn": _gpt2_dynamic}
 
 
 def build(name: str, device: str) -> Workload:

@@ -57,6 +57,7 @@ class _State:
         self.published: dict[int, str] = {}     # code -> sha256 of the last bytes stored
         self.pending: dict[int, Any] = {}       # code -> package whose backends were not ready
         self.unstorable: set[int] = set()
+        self.guarded: dict[int, int] = {}       # code -> guarded versions in the last stored program
         self.installed = False
 
 
@@ -207,11 +208,13 @@ class _Hooks:
 
         fn = dynamo_package.innermost(package)
         code_id = id(getattr(fn, "__code__", None))
+        count = dynamo_package.guarded_count(package)
         with _lock:
             known = code_id in _state.keys
             was_loaded = code_id in _state.loaded
-        if not known:
-            return
+            grew = count > _state.guarded.get(code_id, 0)
+        if not known or not grew:
+            return  # a frame that compiled nothing new (no graph): the stored program already has it
         if was_loaded:
             _count("not_covered")
             warn_once(f"program-cover:{code_id}", f"pcompile: the stored program of {_state.names[code_id]} did not cover "
@@ -232,6 +235,10 @@ def _install_ready(code_id: int, name: str, entry: Any) -> Any | None:
         if stale:
             _refuse(name, f"{stale} changed since it was compiled")
             return None
+        unresolved = dynamo_package.unresolved_globals(program)
+        if unresolved:
+            _refuse(name, f"its bytecode names {unresolved[0]}, which only the compiling process had")
+            return None
         ready = dynamo_package.deserialize_backends(program)
     except Exception as exc:
         _refuse(name, f"{type(exc).__name__}: {exc}")
@@ -239,6 +246,7 @@ def _install_ready(code_id: int, name: str, entry: Any) -> Any | None:
     with _lock:
         _state.loaded.add(code_id)
         _state.published[code_id] = hashlib.sha256(entry.blobs[BLOB]).hexdigest()
+        _state.guarded[code_id] = dynamo_package.guarded_count(program)
     _count("loaded")
     emit("program_load", t0, now() - t0, key=str(entry.key), name=name, outcome="hit")
     return ready
@@ -267,6 +275,9 @@ def _save(code_id: int, package: Any) -> None:
                 _count("pending")
                 ev.outcome = "pending"
                 return
+            unresolved = dynamo_package.unresolved_globals(program)
+            if unresolved:
+                raise ValueError(f"its bytecode names {unresolved[0]}, an object of this process only")
             data = dynamo_package.dumps(program)
         except Exception as exc:
             with _lock:
@@ -285,6 +296,8 @@ def _save(code_id: int, package: Any) -> None:
                 unchanged = True
             else:
                 unchanged = False
+        with _lock:
+            _state.guarded[code_id] = dynamo_package.guarded_count(program)
         if unchanged:
             _count("unchanged")
             return

@@ -17,25 +17,33 @@ on RuntimeError only; `convert_frame.py` calling `DynamoCache.record_package(pac
 conversion; `precompile_context.py` importing DynamoCache by name;
 `PrecompileContext._backend_artifacts_by_key`; `PrecompileCacheEntry.from_cache_entry`;
 `CompilePackage.{install, uninstall, initialize, cache_entry, source_id, _initialized,
-_innermost_fn}`; torch 2.11.0 checked on the device by `check()`):
+_innermost_fn, _add_user_function, _add_function}`; torch 2.11.0 checked on the device by `check()`):
   torch._dynamo.config.caching_precompile
   torch._dynamo.package.{DiskDynamoCache, CompilePackage, PrecompileCacheEntry, DynamoCache}
   torch._dynamo.precompile_context.{PrecompileContext, DynamoCache}
   torch._dynamo.eval_frame._TorchDynamoContext.__call__ (wrapped: the backend of the
       torch.compile call being applied, for the key); torch._dynamo.eval_frame.innermost_fn
   torch._dynamo.package._hash_sourcelines (the inlined-source checksums, checked before install)
+  torch._dynamo.bytecode_transformation._unique_id_counter (moved past a loaded program's names)
+  torch._dynamo.codegen.PyCodegen.create_load_python_module (its id-named module globals
+      recorded as the package's import sources); torch._dynamo.package.SerializedCode
+  torch._dynamo.guards.CheckFunctionManager.serialize_guards, torch._dynamo.exc.PackageError
+      (a frame whose guards cannot be stored is bypassed instead of failing its compile)
+  torch._dynamo.package.CompilePackage.{_codes, _installed_globals}
   torch._{dynamo,functorch,inductor}.config.get_config_copy (the configs in the key)
 Two torch behaviours are corrected here, both in the load path:
   - a backend that fails to deserialise raises whatever it raises, and torch's fallback then
     calls initialize() on an initialised package (AssertionError): `install` is wrapped so any
     failure leaves the package uninitialised and surfaces as the RuntimeError torch handles;
-  - `load_cache_entry` deep-copies every backend into PrecompileContext: the loaded entry is
-    recorded as is (nothing mutates it), so a hot start pays no copy.
+  - `load_cache_entry` deep-copies every backend into PrecompileContext: pcompile keeps the
+    stored bytes instead and unpickles them again only when the package changes (a guard
+    failed), so a hot start pays no copy.
 """
 from __future__ import annotations
 
 import logging
 import pickle
+import re
 import threading
 from typing import Any, Callable
 
@@ -49,9 +57,13 @@ PRIVATE = ("torch._dynamo.config.caching_precompile", "torch._dynamo.package.Dis
            "torch._dynamo.package.DynamoCache", "torch._dynamo.precompile_context.PrecompileContext",
            "torch._dynamo.precompile_context.DynamoCache", "torch._dynamo.eval_frame._TorchDynamoContext",
            "torch._dynamo.config.get_config_copy", "torch._functorch.config.get_config_copy",
-           "torch._inductor.config.get_config_copy")
+           "torch._inductor.config.get_config_copy",
+           "torch._dynamo.bytecode_transformation._unique_id_counter",
+           "torch._dynamo.guards.CheckFunctionManager", "torch._dynamo.exc.PackageError",
+           "torch._dynamo.codegen.PyCodegen", "torch._dynamo.package.SerializedCode")
 
 _ORIGINAL = "_pcompile_original"
+log = logging.getLogger("pcompile.inductor")
 _tls = threading.local()
 
 
@@ -84,7 +96,8 @@ def check() -> None:
     for name in ("load", "record_package", "load_cache_entry", "read", "write"):
         require_attr(disk, name, "torch._dynamo.package.DiskDynamoCache")
     cp = require_attr(package, "CompilePackage", "torch._dynamo.package")
-    for name in ("install", "uninstall", "initialize", "cache_entry", "source_id", "is_initialized"):
+    for name in ("install", "uninstall", "initialize", "cache_entry", "source_id", "is_initialized",
+                 "_add_user_function", "_add_function"):
         require_attr(cp, name, "torch._dynamo.package.CompilePackage")
     entry = require_attr(package, "PrecompileCacheEntry", "torch._dynamo.package")
     require_attr(entry, "from_cache_entry", "torch._dynamo.package.PrecompileCacheEntry")
@@ -95,6 +108,21 @@ def check() -> None:
     require_attr(pctx, "DynamoCache", "torch._dynamo.precompile_context")
     require_attr(package, "_hash_sourcelines", "torch._dynamo.package")
     require_attr(eval_frame, "innermost_fn", "torch._dynamo.eval_frame")
+    import torch._dynamo.bytecode_transformation as bt
+
+    require_attr(bt, "_unique_id_counter", "torch._dynamo.bytecode_transformation")
+    import torch._dynamo.exc as dexc
+    import torch._dynamo.guards as guards
+
+    require_attr(dexc, "PackageError", "torch._dynamo.exc")
+    import torch._dynamo.codegen as codegen
+
+    require_attr(require_attr(codegen, "PyCodegen", "torch._dynamo.codegen"), "create_load_python_module",
+                 "torch._dynamo.codegen.PyCodegen")
+    require_attr(require_attr(package, "SerializedCode", "torch._dynamo.package"), "to_code_object",
+                 "torch._dynamo.package.SerializedCode")
+    cfm = require_attr(guards, "CheckFunctionManager", "torch._dynamo.guards")
+    require_attr(cfm, "serialize_guards", "torch._dynamo.guards.CheckFunctionManager")
     fields = [f.name for f in __import__("dataclasses").fields(entry)]
     if fields[:2] != ["dynamo", "backends"]:
         raise CompatError(f"torch._dynamo.package.PrecompileCacheEntry fields are {fields}, not dynamo, backends")
@@ -152,6 +180,7 @@ def _install_safe_install(package: Any) -> None:
     def install(self: Any, backends: Any) -> None:
         try:
             original(self, backends)
+            _skip_installed_ids(self)
         except Exception as exc:
             try:
                 self.uninstall()
@@ -162,6 +191,32 @@ def _install_safe_install(package: Any) -> None:
 
     setattr(install, _ORIGINAL, original)
     cls.install = install
+
+
+_NUMBERED = re.compile(r"^__\w*?_(\d+)(?:_[0-9a-f]{8}_[0-9a-f]{4}_[0-9a-f]{4}_[0-9a-f]{4}_[0-9a-f]{12})?$")
+
+
+def _skip_installed_ids(package_: Any) -> None:
+    """Move Dynamo's name counter past the names a loaded package installed.
+
+    Dynamo numbers the globals it installs (`__builtins_dict___0`, resume functions) from a
+    per-process counter; a program from another process brings names made by *its* counter, so
+    the first recompile here (a guard that fails) would pick one of them and stop on
+    "Name ... already exists in scope"."""
+    import itertools
+    import sys
+
+    import torch._dynamo.bytecode_transformation as bt
+
+    highest = -1
+    modules = {sys.modules.get(entry.python_module) for entry in package_._codes.values()}
+    for module in modules | set(package_._installed_globals):
+        for name in list(getattr(module, "__dict__", {})):
+            found = _NUMBERED.match(name) if name.startswith("__") else None
+            if found:
+                highest = max(highest, int(found.group(1)))
+    now = next(bt._unique_id_counter)
+    bt._unique_id_counter = itertools.count(max(now + 1, highest + 1))
 
 
 def install(hooks: Hooks) -> None:
@@ -176,7 +231,126 @@ def install(hooks: Hooks) -> None:
     _install_context_probe(eval_frame)
     _install_safe_install(package)
     _quiet_dropped_guards()
+    _install_guard_bypass()
+    _install_unnamed_function_bypass(package)
+    _install_module_import_record()
     dconfig.caching_precompile = True
+
+
+def _install_module_import_record() -> None:
+    """Record the module globals Dynamo's codegen installs by object id (`___module_<name>_<id>_c<n>`,
+    e.g. to rebuild a transformers ModelOutput) as import sources of the package.
+
+    torch installs them in this process but does not tell the package, so a loaded program's
+    bytecode would name a global that exists only in the process that compiled it (NameError
+    at the first call)."""
+    import torch._dynamo.codegen as codegen
+
+    cls = codegen.PyCodegen
+    original = cls.create_load_python_module
+    if getattr(original, _ORIGINAL, None) is not None:
+        return
+
+    def create_load_python_module(self: Any, mod: Any) -> Any:
+        inst = original(self, mod)
+        name = getattr(inst, "argval", None)
+        package_ = getattr(getattr(self.tx, "output", None), "package", None)
+        if package_ is not None and isinstance(name, str) and name.startswith("___module_"):
+            try:
+                package_.add_import_source(name, mod.__name__)
+            except Exception:  # no current entry: unresolved_globals() keeps such a program out
+                pass
+        return inst
+
+    setattr(create_load_python_module, _ORIGINAL, original)
+    cls.create_load_python_module = create_load_python_module
+
+
+_BY_ID = re.compile(r"_\d{6,}_c\d+$")
+
+
+def _code_names(code: Any) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _code_names(const)
+    return names
+
+
+def unresolved_globals(entry: Any) -> list[str]:
+    """Globals named by object id in a program's bytecode that installing it would not define:
+    such a program can only run in the process that compiled it."""
+    _, package, _, _ = _modules()
+    missing: set[str] = set()
+    for code in entry.dynamo.codes:
+        if code.bypassed:
+            continue
+        for guarded in code.guarded_codes:
+            names = _code_names(package.SerializedCode.to_code_object(guarded.dynamo_code))
+            missing |= {n for n in names if _BY_ID.search(n) and n not in code.import_sources}
+    return sorted(missing)
+
+
+def _install_unnamed_function_bypass(package: Any) -> None:
+    """A frame whose function torch cannot name (a function reached through a property, e.g.
+    transformers' `self.loss_function`) is compiled and run, just not stored: torch raises
+    PackageError at the frame's start and fails the compile."""
+    import inspect
+
+    import torch._dynamo.exc as dexc
+
+    cls = package.CompilePackage
+    original = cls._add_user_function
+    if getattr(original, _ORIGINAL, None) is not None:
+        return
+
+    def _add_user_function(self: Any, code: Any) -> None:
+        try:
+            original(self, code)
+        except dexc.PackageError as exc:
+            reason = f"cannot name {code.co_name} ({code.co_filename}:{code.co_firstlineno})"
+            bypassed[reason] = bypassed.get(reason, 0) + 1
+            module = inspect.getmodule(code)
+            name = module.__name__ if module is not None else self._innermost_fn.__module__
+            self._add_function(code, name)
+            self._codes[code].bypassed = True
+            log.debug("pcompile: frame not stored: %s", exc)
+
+    setattr(_add_user_function, _ORIGINAL, original)
+    cls._add_user_function = _add_user_function
+
+
+#: why guards of a frame could not be stored, per reason (programs.py reports them)
+bypassed: dict[str, int] = {}
+
+
+def _install_guard_bypass() -> None:
+    """A frame whose guards cannot be serialised is compiled and run, just not stored.
+
+    torch marks the package entry bypassed but then asserts the guards it did not produce
+    (convert_frame: "check_fn.guards_state must not be None") and fails the compile; here the
+    bypass returns empty guards, which the bypassed entry ignores."""
+    import torch._dynamo.exc as dexc
+    import torch._dynamo.guards as guards
+
+    cls = guards.CheckFunctionManager
+    original = cls.serialize_guards
+    if getattr(original, _ORIGINAL, None) is not None:
+        return
+
+    def serialize_guards(self: Any, builder: Any, sorted_guards: Any, output_graph: Any) -> bytes:
+        try:
+            return original(self, builder, sorted_guards, output_graph)
+        except dexc.PackageError as exc:
+            reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            bypassed[reason] = bypassed.get(reason, 0) + 1
+            bypass = getattr(output_graph, "bypass_package", None)
+            if callable(bypass):
+                bypass(f"guards cannot be stored: {reason}")
+            return b""
+
+    setattr(serialize_guards, _ORIGINAL, original)
+    cls.serialize_guards = serialize_guards
 
 
 class _DroppedGuards(logging.Filter):
@@ -228,7 +402,12 @@ def _store_class(package: Any) -> type:
             return self._hooks.load(fn, backend, flags)
 
         def record_package(self, package_: Any) -> None:
-            super().record_package(package_)
+            try:
+                super().record_package(package_)
+            except Exception as exc:  # never fail the compile over bookkeeping for a later job
+                reason = f"{type(exc).__name__}: {str(exc)[:160]}"
+                bypassed[reason] = bypassed.get(reason, 0) + 1
+                return
             self._hooks.changed(package_)
 
         def write(self, cache_entry: Any, path: str) -> None:
@@ -244,6 +423,7 @@ def entry_for(package_: Any) -> Any | None:
     _, package, pctx, _ = _modules()
     cache_entry = package_.cache_entry()
     backends = pctx.PrecompileContext._backend_artifacts_by_key
+    _restore_pristine(cache_entry.backend_ids)
     if any(b not in backends for b in cache_entry.backend_ids):
         return None
     return package.PrecompileCacheEntry.from_cache_entry(cache_entry, backends)
@@ -261,15 +441,31 @@ def dumps(entry: Any) -> bytes:
     return pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
 
 
+#: backend id -> the stored program bytes that hold a pristine copy of it (see loads)
+_pristine: dict[str, bytes] = {}
+
+
 def loads(data: bytes) -> Any:
-    """Unpickle a *verified* entry and record its backends for later saves of the same package."""
-    _, package, pctx, _ = _modules()
+    """Unpickle a *verified* entry.
+
+    Its backends are deserialised for this process (install mutates them: loaded modules hang
+    off them afterwards), so they are not the ones a later save may pickle: the bytes are kept
+    and unpickled again only if this package changes and must be stored anew."""
+    _, package, _, _ = _modules()
     entry = pickle.loads(data)
     if not isinstance(entry, package.PrecompileCacheEntry):
         raise CompatError(f"a stored program is a {type(entry).__name__}, not a PrecompileCacheEntry")
-    for backend_id, backend in entry.backends.items():
-        pctx.PrecompileContext._backend_artifacts_by_key[backend_id] = backend
+    for backend_id in entry.backends:
+        _pristine[str(backend_id)] = data
     return entry
+
+
+def _restore_pristine(backend_ids: Any) -> None:
+    _, _, pctx, _ = _modules()
+    backends = pctx.PrecompileContext._backend_artifacts_by_key
+    for data in {id(d): d for b in backend_ids if b not in backends and (d := _pristine.get(str(b)))}.values():
+        for backend_id, backend in pickle.loads(data).backends.items():
+            backends.setdefault(backend_id, backend)
 
 
 def check_entry(entry: Any) -> None:
@@ -334,3 +530,9 @@ def deserialize_backends(entry: Any) -> Any:
     _, package, _, _ = _modules()
     ready = {backend_id: _Ready(backend.after_deserialization()) for backend_id, backend in entry.backends.items()}
     return package.PrecompileCacheEntry(dynamo=entry.dynamo, backends=ready)
+
+
+def guarded_count(package_or_entry: Any) -> int:
+    """How many guarded versions of its frames a package (or a stored program) holds."""
+    codes = package_or_entry.dynamo.codes if hasattr(package_or_entry, "dynamo") else package_or_entry._codes.values()
+    return sum(len(code.guarded_codes) for code in codes)
