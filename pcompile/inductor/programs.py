@@ -222,6 +222,17 @@ class _Hooks:
                       "is updated to cover both")
         _save(code_id, package)
 
+    def install_failed(self, package: Any, reason: str) -> None:
+        from pcompile.inductor.compat import dynamo_package
+
+        code_id = id(getattr(dynamo_package.innermost(package), "__code__", None))
+        with _lock:
+            _state.loaded.discard(code_id)
+            _state.guarded.pop(code_id, None)
+            _state.published.pop(code_id, None)
+            counts["loaded"] = max(0, counts["loaded"] - 1)
+        _refuse(_state.names.get(code_id, "a function"), f"torch could not install it: {reason}")
+
 
 def _install_ready(code_id: int, name: str, entry: Any) -> Any | None:
     """Unpickle a verified entry and check it the way torch would at install, without its traceback."""

@@ -44,6 +44,7 @@ from __future__ import annotations
 import logging
 import pickle
 import re
+import sys
 import threading
 from typing import Any, Callable
 
@@ -77,6 +78,10 @@ class Hooks:
 
     def changed(self, package: Any) -> None:  # pragma: no cover - interface
         """`package` gained frames, guards or backends (after a frame conversion)."""
+        raise NotImplementedError
+
+    def install_failed(self, package: Any, reason: str) -> None:  # pragma: no cover - interface
+        """torch could not install a loaded program; it traces the function instead."""
         raise NotImplementedError
 
 
@@ -187,7 +192,15 @@ def _install_safe_install(package: Any) -> None:
             except Exception:
                 pass
             self._initialized = False
-            raise RuntimeError(f"stored program does not install: {type(exc).__name__}: {exc}") from exc
+            reason = f"{type(exc).__name__}: {str(exc)[:200]}"
+            cache = getattr(sys.modules.get("torch._dynamo.package"), "DynamoCache", None)
+            hooks = getattr(cache, "_hooks", None)
+            if hooks is not None:
+                try:
+                    hooks.install_failed(self, reason)
+                except Exception:
+                    pass
+            raise RuntimeError(f"stored program does not install: {reason}") from exc
 
     setattr(install, _ORIGINAL, original)
     cls.install = install
@@ -366,10 +379,19 @@ class _DroppedGuards(logging.Filter):
         return True
 
 
+class _FailedLoad(logging.Filter):
+    """torch logs a traceback when a loaded program does not install; pcompile has already said
+    why in one line (Hooks.install_failed)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Failed to load entry from dynamo cache" not in str(record.msg)
+
+
 def _quiet_dropped_guards() -> None:
-    logger = logging.getLogger("torch._dynamo.guards")
-    if not any(isinstance(f, _DroppedGuards) for f in logger.filters):
-        logger.addFilter(_DroppedGuards())
+    for name, cls in (("torch._dynamo.guards", _DroppedGuards), ("torch._dynamo.eval_frame", _FailedLoad)):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, cls) for f in logger.filters):
+            logger.addFilter(cls())
 
 
 def dropped_guards() -> int:
