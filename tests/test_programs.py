@@ -180,3 +180,12 @@ def test_model_compile_of_torch_code_is_not_stored(lib: Path, cache_env: dict[st
     proc = run_py(code, env=cache_env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "'saved': 0" in proc.stdout and "'loaded': 0" in proc.stdout
+
+
+def test_a_lazily_lowered_backward_still_gets_its_program_stored(lib: Path, cache_env: dict[str, str]) -> None:
+    env = {**cache_env, "PCOMPILE_EAGER_BACKWARD": "0"}  # the AOTAutograd entry completes at .backward()
+    first = job(lib, env)
+    assert first["programs"]["pending"] >= 1 and first["programs"]["saved"] >= 1
+    second = job(lib, env)
+    assert second["programs"]["loaded"] == 1 and second["frames"].get("total", 0) == 0
+    assert second["losses"] == first["losses"]

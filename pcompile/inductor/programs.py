@@ -85,6 +85,7 @@ def install() -> bool:
         dynamo_package.install(_Hooks())
         _state.installed = True
         atexit.register(_flush_pending)
+        flight.add_publish_listener(_on_publish)
         return True
 
 
@@ -320,6 +321,13 @@ def _save(code_id: int, package: Any) -> None:
             with _lock:
                 _state.published[code_id] = digest
             _count("saved")
+
+
+def _on_publish(kind: str) -> None:
+    """A backward lowered after its frame (backward ahead's worker, a lazy backward) completes its
+    AOTAutograd entry later: that is when a pending program can be stored."""
+    if kind == "autograd" and _state.pending:
+        _flush_pending()
 
 
 def _flush_pending() -> None:
