@@ -40,7 +40,7 @@ def test_stats_json_contract(tmp_path: Path) -> None:
     data = json.loads(out.stdout)
     for field in ("entries", "bytes", "compiles", "compile_seconds", "saved_seconds", "layers", "tiers"):
         assert field in data
-    assert set(data["layers"]) == {"graph", "autograd", "kernel", "autotune"}
+    assert set(data["layers"]) == {"graph", "autograd", "kernel", "autotune", "program"}
     assert data["layers"]["kernel"] == {"hits": 1, "misses": 0}
     assert data["entries"] == 3 and data["bytes"] > 30_000
     assert data["compiles"] == 3 and data["compile_seconds"] == pytest.approx(6.0)
