@@ -64,6 +64,7 @@ PRIVATE = ("torch._dynamo.config.caching_precompile", "torch._dynamo.package.Dis
            "torch._dynamo.codegen.PyCodegen", "torch._dynamo.package.SerializedCode")
 
 _ORIGINAL = "_pcompile_original"
+_hooks: "Hooks | None" = None  # the installed hooks (install())
 log = logging.getLogger("pcompile.inductor")
 _tls = threading.local()
 
@@ -193,11 +194,9 @@ def _install_safe_install(package: Any) -> None:
                 pass
             self._initialized = False
             reason = f"{type(exc).__name__}: {str(exc)[:200]}"
-            cache = getattr(sys.modules.get("torch._dynamo.package"), "DynamoCache", None)
-            hooks = getattr(cache, "_hooks", None)
-            if hooks is not None:
+            if _hooks is not None:
                 try:
-                    hooks.install_failed(self, reason)
+                    _hooks.install_failed(self, reason)
                 except Exception:
                     pass
             raise RuntimeError(f"stored program does not install: {reason}") from exc
@@ -217,7 +216,6 @@ def _skip_installed_ids(package_: Any) -> None:
     the first recompile here (a guard that fails) would pick one of them and stop on
     "Name ... already exists in scope"."""
     import itertools
-    import sys
 
     import torch._dynamo.bytecode_transformation as bt
 
@@ -234,7 +232,9 @@ def _skip_installed_ids(package_: Any) -> None:
 
 def install(hooks: Hooks) -> None:
     """Turn precompile packages on and route their loads and saves through `hooks` (idempotent)."""
+    global _hooks
     dconfig, package, pctx, eval_frame = _modules()
+    _hooks = hooks
     if isinstance(package.DynamoCache, _store_class(package)):
         package.DynamoCache._hooks = hooks
         return
