@@ -298,7 +298,7 @@ def _save(code_id: int, package: Any) -> None:
             _count("unstorable")
             ev.outcome = "unstorable"
             warn_once(f"program-unstorable:{code_id}", f"pcompile: cannot store the program of {name} "
-                      f"({type(exc).__name__}: {str(exc)[:200]}); later jobs trace it (their graphs still hit)")
+                      f"({type(exc).__name__}: {str(exc)[:200]} at {_where(exc)}); later jobs trace it (their graphs still hit)")
             return
         digest = hashlib.sha256(data).hexdigest()
         with _lock:
@@ -330,6 +330,14 @@ def _on_publish(kind: str) -> None:
         _flush_pending()
 
 
+def _where(exc: BaseException) -> str:
+    """file:line where `exc` was raised (an assertion inside torch names nothing else)."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f"{Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else "?"
+
+
 def _flush_pending() -> None:
     """At exit: store programs whose lazily lowered backward was not ready at the frame's end."""
     with _lock:
@@ -339,6 +347,13 @@ def _flush_pending() -> None:
             _save(code_id, package)
         except Exception:
             pass
+    if os.environ.get("PCOMPILE_PROGRAMS_DEBUG") == "1":
+        import sys
+
+        from pcompile.inductor.compat import dynamo_package
+
+        print(f"pcompile: programs {snapshot()} still pending {len(_state.pending)} bypassed {dynamo_package.bypassed} "
+              f"missing backends {dynamo_package.missing_backends()}", file=sys.stderr)
 
 
 def _count(what: str) -> None:
