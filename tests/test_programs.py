@@ -69,6 +69,11 @@ print("RESULT", json.dumps({{"frames": dict(counters["frames"]), "programs": pro
 """
 
 
+@pytest.fixture(autouse=True)
+def programs_on(cache_env: dict[str, str]) -> None:
+    cache_env["PCOMPILE_PROGRAMS"] = "1"  # opt-in (programs.wanted() says why)
+
+
 @pytest.fixture
 def lib(tmp_path: Path) -> Path:
     d = tmp_path / "lib"

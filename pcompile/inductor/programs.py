@@ -22,7 +22,7 @@ Not stored: functions whose code lives in torch itself (`model.compile()` compil
 `Module._call_impl`, one qualname for every model: the key could not tell two models apart).
 Loads unpickle only entries the store verified (sha256 per blob, signature when required).
 
-`PCOMPILE_PROGRAMS=0` turns this off (torch's packages stay off too).
+Off unless `PCOMPILE_PROGRAMS=1` (see `wanted()` for why); when off, torch's packages stay off too.
 """
 from __future__ import annotations
 
@@ -65,7 +65,10 @@ _state = _State()
 
 
 def wanted() -> bool:
-    return os.environ.get(ENV, "1").strip().lower() not in {"0", "false", "no", "off"}
+    """Opt-in (PCOMPILE_PROGRAMS=1): on the H100 with torch 2.11 a stored program's main-frame guard
+    failed in every new GPU process and backward ahead never completed one, so hot starts got
+    slower (benchmarks/RESULTS.md, runs P4/P5); on CPU it runs untraced (tests/test_programs.py)."""
+    return os.environ.get(ENV, "0").strip().lower() in {"1", "true", "yes", "on"}
 
 
 def install() -> bool:
