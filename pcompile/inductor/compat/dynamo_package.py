@@ -136,7 +136,8 @@ def check() -> None:
     require_attr(tdc, "__call__", "torch._dynamo.eval_frame._TorchDynamoContext")
     import inspect
 
-    source = inspect.getsource(tdc.__call__)
+    call = tdc.__call__
+    source = inspect.getsource(getattr(call, _ORIGINAL, call))  # unwrapped: install() may have run already
     if "DynamoCache.load(" not in source:
         raise CompatError("torch._dynamo.eval_frame._TorchDynamoContext.__call__ no longer loads DynamoCache")
 
