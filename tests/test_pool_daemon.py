@@ -229,6 +229,41 @@ def test_stale_socket_is_replaced(pool_env: Path, pools) -> None:
     assert pool.mode == "daemon"
 
 
+def test_a_daemon_dying_under_the_handshake_is_replaced_without_a_warning(pool_env: Path, pools, caplog: pytest.LogCaptureFixture) -> None:
+    """A kill -9 or an idle exit closes the listener a moment after a client connected: the client
+    sees its handshake reset. That is a daemon going away, not a broken pool: start a fresh one."""
+    import threading
+
+    paths = PoolPaths.for_cache_dir(pool_env)
+    paths.ensure()
+    dying = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dying.bind(str(paths.socket))
+    dying.listen(16)
+    dropped: list[int] = []
+
+    def drop_handshakes() -> None:  # takes connections and closes them unanswered, then exits
+        dying.settimeout(0.1)
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            try:
+                conn, _ = dying.accept()
+            except socket.timeout:
+                continue
+            conn.close()
+            dropped.append(1)
+        dying.close()
+
+    thread = threading.Thread(target=drop_handshakes, daemon=True)
+    thread.start()
+    caplog.set_level(logging.WARNING, logger="pcompile.pool")
+    pool = pools(pool_env)
+    assert pool.submit(worker_pid).result(timeout=60) != os.getpid()
+    thread.join(5)
+    assert dropped, "the client never reached the dying listener"
+    assert pool.mode == "daemon"
+    assert not [r.getMessage() for r in caplog.records if r.name == "pcompile.pool" and r.levelno >= logging.WARNING]
+
+
 def test_falls_back_in_process_with_one_warning(pool_env: Path, caplog: pytest.LogCaptureFixture) -> None:
     pool_env.mkdir(parents=True)
     (pool_env / "pool").write_text("a file where the pool directory should be")

@@ -320,14 +320,9 @@ class Daemon:
             except OSError as exc:
                 if exc.errno != errno.EADDRINUSE:
                     raise
-                probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                try:
-                    probe.connect(path)
-                    probe.close()
+                if self.answers(path):
                     sock.close()
                     return False  # somebody is serving
-                except (ConnectionRefusedError, FileNotFoundError):
-                    probe.close()
                 try:
                     os.unlink(path)  # stale: nobody listens
                 except FileNotFoundError:
@@ -340,6 +335,21 @@ class Daemon:
         self.listener = sock
         self.socket_ino = os.stat(path).st_ino
         return True
+
+    def answers(self, path: str, timeout: float = 5.0) -> bool:
+        """Whether a daemon answers a handshake on `path`. A listener that takes the connection
+        and drops it is a daemon on its way out (idle exit, a kill mid-teardown): not serving."""
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.settimeout(timeout)
+            probe.connect(path)
+            protocol.send(probe, {"op": "hello", "version": protocol.PROTOCOL_VERSION, "identity": self.paths.identity, "pid": os.getpid()})
+            protocol.recv(probe, time.monotonic() + timeout)
+            return True
+        except (OSError, protocol.ProtocolError, protocol.DeadlineExceeded, EOFError):
+            return False
+        finally:
+            probe.close()
 
     def write_pidfile(self) -> None:
         info = {
@@ -480,12 +490,14 @@ class Daemon:
         self.stopping.set()
         self.queue.close()
         if self.listener is not None:
-            self.listener.close()
+            # Unlink before closing: a client arriving now finds no socket and starts a daemon,
+            # instead of landing in the backlog of a listener about to close.
             try:
                 if os.stat(self.paths.socket).st_ino == self.socket_ino:
                     os.unlink(self.paths.socket)
             except FileNotFoundError:
                 pass
+            self.listener.close()
         with self.clients_lock:
             clients = list(self.clients)
         for client in clients:

@@ -39,7 +39,13 @@ class DaemonOptions:
     python: str = sys.executable
 
 
+class DaemonExiting(ConnectionRefusedError):
+    """A daemon took the connection but closed it before answering: it is exiting (idle exit, or
+    a kill whose teardown had not yet closed its listener). Handled as nobody listening."""
+
+
 _NOT_LISTENING = (FileNotFoundError, ConnectionRefusedError)
+_SPAWN_ATTEMPTS = 3
 
 
 def connect(paths: PoolPaths, timeout: float = 30.0) -> tuple[socket.socket, dict[str, Any]]:
@@ -61,6 +67,9 @@ def connect(paths: PoolPaths, timeout: float = 30.0) -> tuple[socket.socket, dic
     except _NOT_LISTENING:
         sock.close()
         raise
+    except (ConnectionResetError, BrokenPipeError, protocol.PeerClosed, EOFError) as exc:
+        sock.close()
+        raise DaemonExiting(f"daemon at {paths.socket} closed the handshake ({type(exc).__name__})") from None
     except PoolUnavailable:
         sock.close()
         raise
@@ -180,23 +189,39 @@ def connect_or_start(cache_dir: Path | str, options: DaemonOptions | None = None
                 return connect(paths)
             except _NOT_LISTENING:
                 pass
-            try:
-                proc = spawn_daemon(cache_dir, paths, options)
-            except OSError as exc:
-                raise PoolUnavailable(f"cannot start the pool daemon ({exc.strerror or exc})") from None
-            deadline = time.monotonic() + start_timeout
-            while True:
+            for _ in range(_SPAWN_ATTEMPTS):
                 try:
-                    return connect(paths)
-                except _NOT_LISTENING:
-                    pass
-                if proc.poll() is not None and proc.returncode != 0:
-                    raise PoolUnavailable(f"the pool daemon exited with status {proc.returncode}: {_log_tail(paths.log)}")
-                if time.monotonic() > deadline:
-                    raise PoolUnavailable(f"the pool daemon did not answer within {start_timeout:g} s (log: {paths.log})")
-                time.sleep(0.02)
+                    proc = spawn_daemon(cache_dir, paths, options)
+                except OSError as exc:
+                    raise PoolUnavailable(f"cannot start the pool daemon ({exc.strerror or exc})") from None
+                conn = _await_daemon(paths, proc, time.monotonic() + start_timeout, start_timeout)
+                if conn is not None:
+                    return conn
+                # The new daemon deferred to one that still held the socket and has exited since.
+            raise PoolUnavailable(f"{_SPAWN_ATTEMPTS} pool daemons in a row exited, each deferring to a daemon that did not answer (log: {paths.log})")
     except OSError as exc:
         raise PoolUnavailable(f"cannot use {paths.dir} ({exc.strerror or exc})") from None
+
+
+def _await_daemon(paths: PoolPaths, proc: subprocess.Popen[bytes], deadline: float, start_timeout: float) -> tuple[socket.socket, dict[str, Any]] | None:
+    """Wait for the spawned daemon (or whichever daemon it deferred to) to answer; None when it
+    exited cleanly as redundant but nobody answers, so the caller spawns again."""
+    while True:
+        try:
+            return connect(paths)
+        except _NOT_LISTENING:
+            pass
+        code = proc.poll()
+        if code is not None and code != 0:
+            raise PoolUnavailable(f"the pool daemon exited with status {code}: {_log_tail(paths.log)}")
+        if code == 0:
+            try:
+                return connect(paths)
+            except _NOT_LISTENING:
+                return None
+        if time.monotonic() > deadline:
+            raise PoolUnavailable(f"the pool daemon did not answer within {start_timeout:g} s (log: {paths.log})")
+        time.sleep(0.02)
 
 
 def read_pidfile(cache_dir: Path | str) -> dict[str, Any] | None:
