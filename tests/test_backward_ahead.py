@@ -263,6 +263,22 @@ def test_off_switch(tmp_path: Path) -> None:
     assert result["inductor"].get("fxgraph_cache_hit", 0) == 0, result["inductor"]
 
 
+def test_whole_programs_turn_the_default_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Programs bundle the compiled backward, which a backward taken from the worker cannot be
+    (its launchers are made): with PCOMPILE_PROGRAMS=1 the machine default gives way, a user's
+    explicit choice does not. The machine default is pinned on, as a GPU host would have it."""
+    from pcompile.inductor import backward_ahead
+
+    monkeypatch.setattr(backward_ahead, "_default_on", lambda: True)
+    monkeypatch.delenv("PCOMPILE_BACKWARD_AHEAD", raising=False)
+    monkeypatch.setenv("PCOMPILE_PROGRAMS", "0")
+    assert backward_ahead.wanted()
+    monkeypatch.setenv("PCOMPILE_PROGRAMS", "1")
+    assert not backward_ahead.wanted()
+    monkeypatch.setenv("PCOMPILE_BACKWARD_AHEAD", "1")
+    assert backward_ahead.wanted()
+
+
 def test_dynamic_shapes_are_not_shipped(tmp_path: Path) -> None:
     result, events, err = _run(tmp_path, "dynamic")
 

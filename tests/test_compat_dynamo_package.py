@@ -51,3 +51,22 @@ def test_install_routes_both_names_and_is_idempotent() -> None:
 def test_id_named_globals_are_recognised() -> None:
     assert compat._BY_ID.search("___module_collections_140342279611280_c4")
     assert not compat._BY_ID.search("__import_torch_dot_nn_dot_modules_dot_linear")
+
+
+def test_a_recorded_dispatch_state_is_forced_while_a_program_installs() -> None:
+    """The dispatch-key state of the compiling call (autocast on) must be the one a loaded
+    program's guards are built under, whatever the torch.compile() caller has on."""
+    import torch
+
+    from pcompile.inductor.compat import dynamo_package
+
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        state = [torch._C._dispatch_tls_local_include_set().raw_repr(), torch._C._dispatch_tls_local_exclude_set().raw_repr()]
+    assert not torch.is_autocast_enabled("cpu")
+    with dynamo_package._forced_dispatch_state(state):
+        assert torch.is_autocast_enabled("cpu")  # autocast's key is no longer excluded
+    assert not torch.is_autocast_enabled("cpu")
+    with dynamo_package._forced_dispatch_state(None):
+        assert not torch.is_autocast_enabled("cpu")
+    # torch releases that keep each guard's build state need none of this
+    assert (dynamo_package.dispatch_state() is None) == dynamo_package._guards_carry_dispatch_state()

@@ -61,7 +61,8 @@ opt = torch.optim.SGD(net.parameters(), lr=0.1)
 losses = []
 for rows in {rows}:
     opt.zero_grad()
-    loss = cnet(torch.ones(rows, 16) * 0.5)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled={amp}):
+        loss = cnet(torch.ones(rows, 16) * 0.5)
     loss.backward()
     opt.step()
     losses.append(round(float(loss), 6))
@@ -83,8 +84,8 @@ def lib(tmp_path: Path) -> Path:
     return d
 
 
-def job(lib: Path, env: dict[str, str], rows: tuple[int, ...] = (4, 4), kwargs: str = "{}") -> dict:
-    proc = run_py(JOB.format(lib=str(lib), rows=list(rows), kwargs=kwargs), env=env, timeout=300)
+def job(lib: Path, env: dict[str, str], rows: tuple[int, ...] = (4, 4), kwargs: str = "{}", amp: bool = False) -> dict:
+    proc = run_py(JOB.format(lib=str(lib), rows=list(rows), kwargs=kwargs, amp=amp), env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")][-1]
     out = json.loads(line[len("RESULT "):])
@@ -101,6 +102,18 @@ def test_second_process_runs_without_any_dynamo_trace(lib: Path, cache_env: dict
     assert second["programs"]["loaded"] == 1
     assert second["losses"] == first["losses"]
     assert "is dropped with caching_precompile" not in first["stderr"] + second["stderr"]
+
+
+def test_a_model_run_under_autocast_loads_without_a_trace(lib: Path, cache_env: dict[str, str]) -> None:
+    """Tensor guards fold the thread's dispatch-key state (autocast adds its key) into the keys they
+    expect; torch rebuilds a loaded program's guards at torch.compile(), outside the caller's
+    autocast, so without care every call under autocast failed them (found on the H100)."""
+    first = job(lib, cache_env, amp=True)
+    assert first["programs"]["saved"] == 1
+    second = job(lib, cache_env, amp=True)
+    assert second["programs"]["loaded"] == 1 and second["programs"]["not_covered"] == 0
+    assert second["frames"].get("total", 0) == 0, second["frames"]
+    assert second["losses"] == first["losses"]
 
 
 def test_editing_one_line_of_the_model_file_recompiles(lib: Path, cache_env: dict[str, str]) -> None:

@@ -55,11 +55,24 @@ def wanted() -> bool:
     with the worker started at torch.compile, it took 15-35% off a cold first step. Its price: ~12
     CPU-s of imports per process (paid in another process, on another core) and a CUDA context on
     the job's GPU (~0.6 GB) until the job ends, the first graph proves all hits, or two idle minutes
-    pass. CPU-only hosts keep it off: their C++ kernels need the cores."""
+    pass. CPU-only hosts keep it off: their C++ kernels need the cores.
+
+    Whole-program entries (PCOMPILE_PROGRAMS=1) keep it off too: they bundle the compiled
+    backward into the AOTAutograd entry, and a backward taken from the worker's entry has made
+    its Triton launchers already, which torch refuses to pickle (H100, torch 2.11: "pickle should
+    not be called with after make_launchers()"), so the program was never stored."""
     from pcompile.config import switch
 
     chosen = switch(ENV)
-    return _default_on() if chosen is None else chosen
+    if chosen is None:
+        return _default_on() and not _programs_wanted()
+    return chosen
+
+
+def _programs_wanted() -> bool:
+    from pcompile.inductor import programs
+
+    return programs.wanted()
 
 
 @functools.lru_cache(maxsize=None)

@@ -42,6 +42,7 @@ from pcompile.inductor.timing import emit, now, span
 ENV = "PCOMPILE_PROGRAMS"
 KIND = "program"
 BLOB = "program"
+DISPATCH_BLOB = "dispatch"  # JSON: the dispatch-key state the frames were converted under (older torch)
 
 _lock = threading.Lock()
 #: what this process did with programs (tests, `pcompile stats`-style summaries)
@@ -58,6 +59,7 @@ class _State:
         self.pending: dict[int, Any] = {}       # code -> package whose backends were not ready
         self.unstorable: set[int] = set()
         self.guarded: dict[int, int] = {}       # code -> guarded versions in the last stored program
+        self.dispatch: dict[int, list[int]] = {}  # code -> dispatch_state() of its last conversion / of the loaded program
         self.installed = False
 
 
@@ -65,9 +67,11 @@ _state = _State()
 
 
 def wanted() -> bool:
-    """Opt-in (PCOMPILE_PROGRAMS=1): on the H100 with torch 2.11 a stored program's main-frame guard
-    failed in every new GPU process and backward ahead never completed one, so hot starts got
-    slower (benchmarks/RESULTS.md, runs P4/P5); on CPU it runs untraced (tests/test_programs.py)."""
+    """Opt-in (PCOMPILE_PROGRAMS=1): on the H100 with torch 2.11 hot starts got slower with them
+    (benchmarks/RESULTS.md, runs P4/P5). Both causes were found later (P6/P7) and are handled:
+    guards rebuilt outside the caller's autocast (`dispatch_state()`), and backward ahead's
+    pre-launched backwards that torch cannot pickle (backward ahead is off with programs on).
+    Not re-measured on a GPU yet, so still opt-in; on CPU it runs untraced (tests/test_programs.py)."""
     return os.environ.get(ENV, "0").strip().lower() in {"1", "true", "yes", "on"}
 
 
@@ -219,12 +223,23 @@ class _Hooks:
             grew = count > _state.guarded.get(code_id, 0)
         if not known or not grew:
             return  # a frame that compiled nothing new (no graph): the stored program already has it
+        state = dynamo_package.dispatch_state()  # still inside the conversion: the caller's state
+        if state is not None:
+            with _lock:
+                _state.dispatch[code_id] = state
         if was_loaded:
             _count("not_covered")
             warn_once(f"program-cover:{code_id}", f"pcompile: the stored program of {_state.names[code_id]} did not cover "
                       "this call (a guard failed or a new frame ran): Dynamo traced it as usual; the stored program "
                       "is updated to cover both")
         _save(code_id, package)
+
+    def dispatch_state_for(self, package: Any) -> list[int] | None:
+        from pcompile.inductor.compat import dynamo_package
+
+        code_id = id(getattr(dynamo_package.innermost(package), "__code__", None))
+        with _lock:
+            return _state.dispatch.get(code_id) if code_id in _state.loaded else None
 
     def install_failed(self, package: Any, reason: str) -> None:
         from pcompile.inductor.compat import dynamo_package
@@ -254,6 +269,7 @@ def _install_ready(code_id: int, name: str, entry: Any) -> Any | None:
         if unresolved:
             _refuse(name, f"its bytecode names {unresolved[0]}, which only the compiling process had")
             return None
+        dispatch = _dispatch_of(entry)
         ready = dynamo_package.deserialize_backends(program)
     except Exception as exc:
         _refuse(name, f"{type(exc).__name__}: {exc}")
@@ -262,9 +278,21 @@ def _install_ready(code_id: int, name: str, entry: Any) -> Any | None:
         _state.loaded.add(code_id)
         _state.published[code_id] = hashlib.sha256(entry.blobs[BLOB]).hexdigest()
         _state.guarded[code_id] = dynamo_package.guarded_count(program)
+        if dispatch is not None:
+            _state.dispatch[code_id] = dispatch
     _count("loaded")
     emit("program_load", t0, now() - t0, key=str(entry.key), name=name, outcome="hit")
     return ready
+
+
+def _dispatch_of(entry: Any) -> list[int] | None:
+    raw = entry.blobs.get(DISPATCH_BLOB)
+    if raw is None:
+        return None
+    value = json.loads(raw)
+    if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value)):
+        raise ValueError(f"malformed {DISPATCH_BLOB} blob")
+    return value
 
 
 def _refuse(name: str, why: str) -> None:
@@ -316,7 +344,12 @@ def _save(code_id: int, package: Any) -> None:
         if unchanged:
             _count("unchanged")
             return
-        ok = flight.publish(KIND, source, {BLOB: data}, meta={"name": name, "source": "pcompile.programs",
+        blobs = {BLOB: data}
+        with _lock:
+            dispatch = _state.dispatch.get(code_id)
+        if dispatch is not None:
+            blobs[DISPATCH_BLOB] = json.dumps(dispatch).encode()
+        ok = flight.publish(KIND, source, blobs, meta={"name": name, "source": "pcompile.programs",
                                                               "backends": dynamo_package.backend_ids(program)},
                             compiled=False)
         ev.outcome = "stored" if ok else "not stored"

@@ -41,12 +41,13 @@ Two torch behaviours are corrected here, both in the load path:
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import pickle
 import re
 import sys
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from pcompile.inductor.compat import CompatError, require_attr
 
@@ -61,7 +62,9 @@ PRIVATE = ("torch._dynamo.config.caching_precompile", "torch._dynamo.package.Dis
            "torch._inductor.config.get_config_copy",
            "torch._dynamo.bytecode_transformation._unique_id_counter",
            "torch._dynamo.guards.CheckFunctionManager", "torch._dynamo.exc.PackageError",
-           "torch._dynamo.codegen.PyCodegen", "torch._dynamo.package.SerializedCode")
+           "torch._dynamo.codegen.PyCodegen", "torch._dynamo.package.SerializedCode",
+           "torch._dynamo.guards.GuardsState", "torch._C._ForceDispatchKeyGuard",
+           "torch._C._dispatch_tls_local_include_set", "torch._C._dispatch_tls_local_exclude_set")
 
 _ORIGINAL = "_pcompile_original"
 _hooks: "Hooks | None" = None  # the installed hooks (install())
@@ -84,6 +87,10 @@ class Hooks:
     def install_failed(self, package: Any, reason: str) -> None:  # pragma: no cover - interface
         """torch could not install a loaded program; it traces the function instead."""
         raise NotImplementedError
+
+    def dispatch_state_for(self, package: Any) -> list[int] | None:
+        """The `dispatch_state()` a loaded program was compiled under (None: this thread's)."""
+        return None
 
 
 def _modules() -> tuple[Any, Any, Any, Any]:
@@ -127,6 +134,12 @@ def check() -> None:
                  "torch._dynamo.codegen.PyCodegen")
     require_attr(require_attr(package, "SerializedCode", "torch._dynamo.package"), "to_code_object",
                  "torch._dynamo.package.SerializedCode")
+    require_attr(guards, "GuardsState", "torch._dynamo.guards")
+    import torch
+
+    for name in ("_ForceDispatchKeyGuard", "_dispatch_tls_local_include_set", "_dispatch_tls_local_exclude_set"):
+        require_attr(torch._C, name, "torch._C")
+    require_attr(torch._C.DispatchKeySet, "from_raw_repr", "torch._C.DispatchKeySet")
     cfm = require_attr(guards, "CheckFunctionManager", "torch._dynamo.guards")
     require_attr(cfm, "serialize_guards", "torch._dynamo.guards.CheckFunctionManager")
     fields = [f.name for f in __import__("dataclasses").fields(entry)]
@@ -186,7 +199,9 @@ def _install_safe_install(package: Any) -> None:
 
     def install(self: Any, backends: Any) -> None:
         try:
-            original(self, backends)
+            state = _hooks.dispatch_state_for(self) if _hooks is not None else None
+            with _forced_dispatch_state(state):
+                original(self, backends)
             _skip_installed_ids(self)
         except Exception as exc:
             try:
@@ -204,6 +219,38 @@ def _install_safe_install(package: Any) -> None:
 
     setattr(install, _ORIGINAL, original)
     cls.install = install
+
+
+def _guards_carry_dispatch_state() -> bool:
+    import torch._dynamo.guards as guards
+
+    return "local_state" in getattr(guards.GuardsState, "__dataclass_fields__", {})
+
+
+def dispatch_state() -> list[int] | None:
+    """This thread's dispatch-key include/exclude sets (raw), where torch does not keep them itself.
+
+    A tensor guard folds them into the key set it expects (autocast un-excludes its key). torch
+    builds a loaded program's guards at `torch.compile()`, outside the caller's autocast: before
+    torch stored each guard's build state (`GuardsState.local_state`), every call under autocast
+    failed them. None where torch keeps that state."""
+    if _guards_carry_dispatch_state():
+        return None
+    import torch
+
+    return [torch._C._dispatch_tls_local_include_set().raw_repr(), torch._C._dispatch_tls_local_exclude_set().raw_repr()]
+
+
+@contextlib.contextmanager
+def _forced_dispatch_state(state: list[int] | None) -> Iterator[None]:
+    if not state:
+        yield
+        return
+    import torch
+
+    keys = torch._C.DispatchKeySet
+    with torch._C._ForceDispatchKeyGuard(keys.from_raw_repr(int(state[0])), keys.from_raw_repr(int(state[1]))):
+        yield
 
 
 _NUMBERED = re.compile(r"^__\w*?_(\d+)(?:_[0-9a-f]{8}_[0-9a-f]{4}_[0-9a-f]{4}_[0-9a-f]{4}_[0-9a-f]{12})?$")
