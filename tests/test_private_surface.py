@@ -12,7 +12,8 @@ import private_surface  # noqa: E402
 
 
 #: compat modules whose check() runs in a test named otherwise
-_TESTED_ELSEWHERE = {"autotune_choice": "test_hooks_autotune.py", "warm_runtime": "test_warm_compat.py"}
+_TESTED_ELSEWHERE = {"autotune_choice": "test_hooks_autotune.py",
+                     **{f"warm_{c}": "test_warm_compat.py" for c in ("runtime", "fakes", "launches", "timings", "training")}}
 
 
 def test_compat_readme_table_is_up_to_date() -> None:

@@ -8,13 +8,29 @@ import pytest
 import torch
 
 from pcompile.inductor.graph_normalize import normalize_placeholder_types
-from pcompile.inductor.compat import warm_runtime as compat
+from pcompile.inductor.compat import warm_fakes, warm_launches, warm_runtime, warm_timings, warm_training
 from pcompile.warm import reads
 
 
-def test_private_apis_present_in_this_torch():
-    assert compat.version_supported(), f"torch {torch.__version__} outside {compat.SUPPORTED}"
-    assert compat.check() == [], "private torch APIs used by pcompile warm moved; update pcompile/inductor/compat/warm_runtime.py"
+@pytest.mark.parametrize("module", [warm_runtime, warm_fakes, warm_launches, warm_timings, warm_training],
+                         ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+def test_private_apis_present_in_this_torch(module):
+    assert warm_runtime.version_supported(), f"torch {torch.__version__} outside {warm_runtime.SUPPORTED}"
+    assert module.check() == [], f"private torch APIs used by pcompile warm moved; update {module.__file__}"
+
+
+def test_the_whole_check_covers_every_warm_module():
+    """warm_runtime.check() is what the warm child refuses on: it must run each concern's check()."""
+    from pathlib import Path
+
+    here = Path(warm_runtime.__file__).parent
+    on_disk = sorted(p.stem for p in here.glob("warm_*.py") if p.stem != "warm_runtime")
+    assert sorted(warm_runtime.CONCERNS) == on_disk
+    warm_timings.PRIVATE_SYMBOLS.append(("torch._inductor", "_no_such_name_pcompile_test"))
+    try:
+        assert warm_runtime.check() == ["torch._inductor._no_such_name_pcompile_test"]
+    finally:
+        warm_timings.PRIVATE_SYMBOLS.pop()
 
 
 def test_fake_tensor_read_methods_exist():
@@ -60,8 +76,8 @@ def test_normalize_placeholder_types_matches_real_annotations():
 def scoped():
     """The warm's device-scoped fake mode, with value reads routed as in the warm child."""
     seen: list[str] = []
-    mode = compat.new_fake_mode(seen.append)
-    compat.fake_scalar_reads(lambda t: getattr(t, "fake_mode", None) is mode, lambda t, how: (seen.append(how), reads.read_fake(t, how))[1])
+    mode = warm_fakes.new_fake_mode(seen.append)
+    warm_fakes.fake_scalar_reads(lambda t: getattr(t, "fake_mode", None) is mode, lambda t, how: (seen.append(how), reads.read_fake(t, how))[1])
     return mode, seen
 
 

@@ -7,7 +7,7 @@ only), resolves the target's device profile, and starts child.py. The child runs
 
 How the script runs -- the mechanism, and why this one:
 - **CPU code runs for real; only CUDA tensors are virtual.** The script runs under one
-  *device-scoped fake mode* (compat.new_fake_mode): an op that touches CUDA (a CUDA tensor or
+  *device-scoped fake mode* (compat/warm_fakes.new_fake_mode): an op that touches CUDA (a CUDA tensor or
   `device="cuda"`) runs on fake tensors, which carry shape, dtype, strides and device but no
   memory; every other op runs for real. So numpy/memmap loaders, DataLoader workers and
   pin_memory, tokenizers, model construction and weight init on CPU (any library), and the
@@ -28,7 +28,7 @@ How the script runs -- the mechanism, and why this one:
   CUDA_VISIBLE_DEVICES alike, and no warm process initialises the host's driver.
 - **Compile modes**: GPU timings (max-autotune choices, fusion benchmarks) are not faked into the
   caches: every candidate kernel is compiled, and the graphs that needed a timing are left for
-  the GPU job to tune and publish (compat.fake_gpu_timings, keep_tuned_graphs_unpublished).
+  the GPU job to tune and publish (compat/warm_timings.py: fake_gpu_timings, keep_tuned_graphs_unpublished).
 
 Contract with the GPU job, for its lookups to hit what the warm wrote:
 - the same torch, triton and cuDNN, and the board of the profile (`pcompile profile` on it);

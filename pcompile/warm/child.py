@@ -1,7 +1,7 @@
 """The warm process: runs an unchanged training script on fake tensors under the virtual device.
 
 Started only by `pcompile warm` (runner.py), with LD_PRELOAD set to the virtual device and the
-Inductor caches pointed at pcompile's cache dir. It installs the adjustments in pcompile/inductor/compat/warm_runtime.py, runs
+Inductor caches pointed at pcompile's cache dir. It installs the adjustments in pcompile/inductor/compat/warm_*.py, runs
 the script under one FakeTensorMode until N steps are done, and writes a JSON report for the
 parent. Usage: python -m pcompile.warm.child SPEC.json
 """
@@ -133,12 +133,16 @@ def _predict_winner(autotuner: Any, report: dict[str, Any]) -> bool:
 def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict) -> Any:
     """Install every compat adjustment; returns the FakeTensorMode the script runs under."""
     from pcompile.inductor.graph_normalize import normalize_placeholder_types
-    from pcompile.inductor.compat import warm_runtime as compat
+    from pcompile.inductor.compat import warm_fakes as fakes
+    from pcompile.inductor.compat import warm_launches as launches
+    from pcompile.inductor.compat import warm_runtime as runtime
+    from pcompile.inductor.compat import warm_timings as timings
+    from pcompile.inductor.compat import warm_training as training
     from pcompile.warm import reads
 
     unselected: dict[str, int] = report["autotune_unselected"]
     report["pad_mm_guessed"] = 0
-    report["pad_mm_prediction"] = compat.pad_mm_prediction()
+    report["pad_mm_prediction"] = timings.pad_mm_prediction()
 
     predicted: set[str] = set()
     report["autotune_predicted"] = 0
@@ -152,22 +156,22 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
     def on_pad_guess() -> None:
         report["pad_mm_guessed"] += 1
 
-    compat.allow_fake_param_moves()
-    compat.keep_parameters_when_moved()
-    compat.load_cuda_checkpoints_as_fakes()
-    compat.meta_for_scaled_mm_out()
-    compat.route_wrapper_allocations()
-    compat.skip_kernel_launches(on_unselected)
-    compat.fold_constants_on_cpu()
-    compat.placeholder_repr_for_device_tensors()
-    compat.grad_scaler_assumes_finite()
+    fakes.allow_fake_param_moves()
+    fakes.keep_parameters_when_moved()
+    fakes.load_cuda_checkpoints_as_fakes()
+    fakes.meta_for_scaled_mm_out()
+    launches.route_wrapper_allocations()
+    launches.skip_kernel_launches(on_unselected)
+    launches.fold_constants_on_cpu()
+    launches.placeholder_repr_for_device_tensors()
+    training.grad_scaler_assumes_finite()
     report["cudagraphs_skipped"] = 0
 
     def on_cudagraph_skip() -> None:
         report["cudagraphs_skipped"] += 1
 
-    compat.no_cuda_graph_capture(on_cudagraph_skip)
-    compat.no_gpu_timing_in_pad_mm(on_pad_guess, strict.suspended)
+    launches.no_cuda_graph_capture(on_cudagraph_skip)
+    timings.no_gpu_timing_in_pad_mm(on_pad_guess, strict.suspended)
     report["gpu_timings_faked"] = {}
     report["left_for_gpu_tuning"] = {}
 
@@ -177,14 +181,14 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
     def on_unpublished(layer: str) -> None:
         report["left_for_gpu_tuning"][layer] = report["left_for_gpu_tuning"].get(layer, 0) + 1
 
-    compat.fake_gpu_timings(on_fake)
-    compat.keep_tuned_graphs_unpublished(on_unpublished)
-    compat.during_inductor_compile(strict.enter, strict.leave)
-    compat.normalize_graphs_before_inductor(normalize_placeholder_types)
+    timings.fake_gpu_timings(on_fake)
+    timings.keep_tuned_graphs_unpublished(on_unpublished)
+    runtime.during_inductor_compile(strict.enter, strict.leave)
+    runtime.normalize_graphs_before_inductor(normalize_placeholder_types)
     if os.environ.get("PCOMPILE_AOT_KEY_DUMP"):
-        compat.dump_aot_keys(os.environ["PCOMPILE_AOT_KEY_DUMP"])
-    mode = compat.new_fake_mode(reads.record)
-    compat.fake_scalar_reads(lambda t: getattr(t, "fake_mode", None) is mode, reads.read_fake)
+        runtime.dump_aot_keys(os.environ["PCOMPILE_AOT_KEY_DUMP"])
+    mode = fakes.new_fake_mode(reads.record)
+    fakes.fake_scalar_reads(lambda t: getattr(t, "fake_mode", None) is mode, reads.read_fake)
     if spec.get("world_size"):
         from pcompile.warm import fakepg
 
@@ -195,7 +199,7 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
 def _protect_user_files(spec: dict[str, Any], mode: Any) -> Any:
     """Redirect the script's writes (pcompile/warm/writes.py); returns the redirect state."""
     from pcompile.warm import writes
-    from pcompile.inductor.compat.warm_runtime import is_fake
+    from pcompile.inductor.compat.warm_fakes import is_fake
 
     keep = [p for p in (os.environ.get("PCOMPILE_CACHE_DIR"), os.environ.get("PCOMPILE_SHARED_DIR"),
                         os.environ.get("TORCHINDUCTOR_CACHE_DIR"), os.environ.get("TRITON_CACHE_DIR")) if p]
