@@ -52,7 +52,7 @@ from typing import Any, Callable, Iterator
 from pcompile.inductor.compat import CompatError, require_attr
 
 #: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
-CHECKED = {'torch': '2.11.0, 2.14.1, 2.15.0'}
+CHECKED = {'torch': '2.11.0, 2.13.0, 2.14.1, 2.15.0'}
 #: Names reached through helpers or loops, which tools/private_surface.py cannot follow statically.
 PRIVATE = ("torch._dynamo.config.caching_precompile", "torch._dynamo.package.DiskDynamoCache",
            "torch._dynamo.package.CompilePackage", "torch._dynamo.package.PrecompileCacheEntry",
