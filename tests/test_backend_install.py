@@ -17,6 +17,7 @@ import pytest
 from pcompile.inductor import _testing as t
 
 pytestmark = pytest.mark.slow
+AUTOLOAD = "pcompile.inductor.autoload:autoload"
 
 
 def _entry_point_dir(root: Path) -> Path:
@@ -30,7 +31,7 @@ def _entry_point_dir(root: Path) -> Path:
 
 
 def _has_real_entry_point() -> bool:
-    return any(ep.value == "pcompile.inductor.autoload:autoload" for ep in entry_points(group="torch.backends"))
+    return any(ep.value == AUTOLOAD for ep in entry_points(group="torch.backends"))
 
 
 ROUTE_SCRIPT = r'''
@@ -68,9 +69,22 @@ def test_pcompile_env_routes_an_unchanged_script(tmp_path: Path) -> None:
 
 
 def test_installed_package_declares_the_autoload_entry_point() -> None:
-    if not _has_real_entry_point():
-        pytest.skip("pyproject.toml lacks [project.entry-points.\"torch.backends\"] pcompile = "
-                    "\"pcompile.inductor.autoload:autoload\" (then reinstall); PCOMPILE=1 needs it")
+    """PCOMPILE=1 works only through this entry point: pyproject must declare it, the installed
+    metadata must carry it (a stale install does not), and it must name a callable."""
+    import importlib
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    declared = project.get("entry-points", {}).get("torch.backends", {})
+    assert declared == {"pcompile": AUTOLOAD}, f"pyproject.toml [project.entry-points.\"torch.backends\"] is {declared}"
+    module, _, attr = AUTOLOAD.partition(":")
+    assert callable(getattr(importlib.import_module(module), attr))
+    try:
+        installed = [ep for ep in distribution("pcompile").entry_points if ep.group == "torch.backends"]
+    except PackageNotFoundError:
+        pytest.fail("pcompile is not installed: pip install -e . (the suite and PCOMPILE=1 need its metadata)")
+    assert [ep.value for ep in installed] == [AUTOLOAD], f"installed metadata has {installed}: reinstall (pip install -e .)"
 
 
 def test_install_routes_torch_compile(tmp_path: Path) -> None:

@@ -41,7 +41,9 @@ def test_stats_json_contract(tmp_path: Path) -> None:
     for field in ("entries", "bytes", "compiles", "compile_seconds", "saved_seconds", "layers", "tiers"):
         assert field in data
     assert set(data["layers"]) == {"graph", "autograd", "kernel", "autotune", "program"}
-    assert data["layers"]["kernel"] == {"hits": 1, "misses": 0}
+    assert data["layers"]["kernel"] == {"hits": 1, "misses": 0, "untimed": 0, "inner": 0, "lookups": 1, "rate": 1.0}
+    # every byte under the cache dir is accounted for, by what keeps it
+    assert data["disk"]["store entries"] == data["bytes"] and data["disk_bytes"] >= data["bytes"]
     assert data["entries"] == 3 and data["bytes"] > 30_000
     assert data["compiles"] == 3 and data["compile_seconds"] == pytest.approx(6.0)
     assert data["saved_seconds"] == pytest.approx(2.0)

@@ -26,8 +26,15 @@ print("ok")
 
 
 def _lines(path: Path) -> list[dict]:
-    raw = path.read_bytes().splitlines()
-    return [json.loads(line) for line in raw]  # every line must be valid JSON
+    """The events of a log, less each process's opening `process` record (checked here: one a
+    process, first among its lines, naming what it runs)."""
+    raw = [json.loads(line) for line in path.read_bytes().splitlines()]  # every line must be valid JSON
+    seen: set[int] = set()
+    for rec in raw:
+        if rec["kind"] == "process":
+            assert rec["pid"] not in seen and rec.get("script"), rec
+        seen.add(rec["pid"])
+    return [rec for rec in raw if rec["kind"] != "process"]
 
 
 def test_four_concurrent_processes_one_coherent_log(cache_env: dict[str, str], tmp_path: Path) -> None:

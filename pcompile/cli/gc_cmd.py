@@ -7,7 +7,8 @@ import re
 from pcompile.cli.common import add_common, emit, open_store
 from pcompile.errors import PcompileError
 from pcompile.store.fs_tier import DirectoryTier
-from pcompile.store.gc import collect_garbage
+from pcompile.store import usage
+from pcompile.store.gc import BLOB_GRACE_SECONDS, collect_garbage
 
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 
@@ -55,5 +56,18 @@ def run(args: argparse.Namespace) -> int:
         f"{r['entries_after']} entries left ({r['pinned_kept']} pinned)"
         for name, r in results.items()
     ]
+    local = results.get(store.local.name)
+    if local is not None and max_bytes is not None:
+        store_left = usage.du(store.local.root)
+        unnamed = usage.store_parts(store.local)["store blobs no entry names (freed by gc after the grace period)"]
+        if unnamed:
+            lines.append(f"{store.local.name}: kept {unnamed} bytes of blobs no entry names any more: they go at the first gc "
+                         f"{BLOB_GRACE_SECONDS / 60:.0f} minutes after their last write (a writer may be re-publishing one)")
+        work = store.settings.cache_dir / "inductor"
+        freed, young = usage.sweep_working_files(work, max(max_bytes - store_left, 0), BLOB_GRACE_SECONDS)
+        results["inductor"] = {"bytes_freed": freed, "bytes_kept_in_grace": young, "bytes_after": usage.du(work)}
+        lines.append(f"Inductor/Triton working files ({work}): freed {freed} bytes, {results['inductor']['bytes_after']} left"
+                     + (f"; {young} bytes used in the last {BLOB_GRACE_SECONDS / 60:.0f} minutes stay (a running job may "
+                        "load them; the store keeps what they were made from)" if young else ""))
     emit(args, results, "\n".join(lines) or "nothing to collect")
     return 0

@@ -5,8 +5,10 @@ import argparse
 from typing import Any
 
 from pcompile.cli.common import add_common, emit, open_store
-from pcompile.keys.key import LAYERS
+from pcompile.store import hits, usage
 from pcompile.store.stats import collect
+
+RECENT_JOBS = 3
 
 _REMOTE_COUNTERS = ("fetches", "dropped_writes", "skipped", "timeouts", "untrusted", "errors")
 
@@ -31,7 +33,7 @@ def gather(args: argparse.Namespace) -> dict[str, Any]:
         info["mean_read_ms"] = round(1000 * info.get("read_seconds", 0.0) / reads, 3) if reads else 0.0
         tiers[tier.name] = info
     local = tiers[store.local.name]
-    layers = {layer: {"hits": counters["layers"].get(layer, {}).get("hits", 0), "misses": counters["layers"].get(layer, {}).get("misses", 0)} for layer in LAYERS}
+    disk = usage.breakdown(store.settings.cache_dir, store.local)
     return {
         "entries": local["entries"],
         "bytes": local["bytes"],
@@ -42,10 +44,32 @@ def gather(args: argparse.Namespace) -> dict[str, Any]:
         "untrusted": counters.get("untrusted", 0),
         "write_errors": counters["write_errors"],
         "lease_waits": counters["lease_waits"],
-        "layers": layers,
+        "layers": hits.table(counters["layers"]),
         "tiers": tiers,
         "cache_dir": str(store.settings.cache_dir),
+        "disk": disk,
+        "disk_bytes": sum(disk.values()),
+        "recent_jobs": recent_jobs(store.settings.cache_dir),
     }
+
+
+def recent_jobs(cache_dir: Any, n: int = RECENT_JOBS) -> list[dict[str, Any]]:
+    """The newest jobs' look-ups per layer, counted from their event logs as `report` counts them."""
+    from pcompile.events import analysis, reader
+    from pcompile.events._sink import events_dir
+
+    out = []
+    for log in reader.list_jobs(events_dir(cache_dir))[:n]:
+        try:
+            events, _bad = reader.load(log.path)
+        except OSError:
+            continue
+        procs = [e for e in events if e.get("kind") == "process"]
+        layers = hits.from_events(events)
+        hit, total = hits.totals(layers)
+        out.append({"job": log.job, "script": analysis.job_script(sorted(procs, key=lambda e: e["ts"])), "mtime": log.mtime,
+                    "layers": layers, "lookups": total, "hits": hit, "all_hit": hits.all_hit(layers)})
+    return out
 
 
 def _human(n: float) -> str:
@@ -59,21 +83,30 @@ def _human(n: float) -> str:
 def run(args: argparse.Namespace) -> int:
     data = gather(args)
     lines = [
-        f"cache dir       {data['cache_dir']}",
-        f"entries         {data['entries']} ({_human(data['bytes'])})",
+        f"cache dir       {data['cache_dir']}  ({_human(data['disk_bytes'])} in all)",
+        f"entries         {data['entries']} ({_human(data['disk']['store entries'])})",
         f"compiles        {data['compiles']} ({data['compile_seconds']:.1f} s compiling, {data['saved_seconds']:.1f} s saved by hits)",
-        "layer           hits   misses  hit rate",
+        "layer           hits   misses  hit rate   (all jobs since the cache was made)",
     ]
     for layer, c in data["layers"].items():
-        total = c["hits"] + c["misses"]
-        rate = f"{100 * c['hits'] / total:5.1f}%" if total else "    -"
-        lines.append(f"  {layer:<13} {c['hits']:>5} {c['misses']:>8}  {rate}")
+        rate = f"{100 * c['rate']:5.1f}%" if c["rate"] is not None else "    -"
+        notes = [f"{c['untimed']} left for the GPU to time (a warm host cannot)"] if c["untimed"] else []
+        if c["inner"]:
+            notes.append(f"{c['inner']} inner look-ups while building its entries, not counted")
+        lines.append(f"  {layer:<13} {c['hits']:>5} {c['misses']:>8}  {rate}" + (f"   {'; '.join(notes)}" if notes else ""))
+    if data["recent_jobs"]:
+        lines.append("newest jobs     look-ups per layer (as `pcompile report` counts them)")
+        for j in data["recent_jobs"]:
+            lines.append(f"  {j['job']}  {j['script'] or '?'}: {hits.summary(j['layers'])}")
     lines.append("tier            entries   bytes       hits   misses  mean read")
     for name, t in data["tiers"].items():
         lines.append(f"  {name:<13} {t['entries']:>7}   {_human(t['bytes']):<10} {t['hits']:>5} {t['misses']:>8}  {t['mean_read_ms']:.2f} ms")
         extra = [f"{t[c]} {c.replace('_', ' ')}" for c in _REMOTE_COUNTERS if t.get(c)]
         if extra:
             lines.append(f"  {'':<13} " + ", ".join(extra))
+    lines.append("disk            (every byte under the cache dir)")
+    for name, size in data["disk"].items():
+        lines.append(f"  {_human(size):>10}  {name}")
     if data["quarantined"] or data["write_errors"] or data["untrusted"]:
         lines.append(f"problems        {data['quarantined']} quarantined, {data['untrusted']} untrusted, {data['write_errors']} failed writes")
     emit(args, data, "\n".join(lines))

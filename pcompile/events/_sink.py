@@ -127,6 +127,7 @@ class Sink:
             created = True
         except FileExistsError:
             self._fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0))
+        os.write(self._fd, _encode(process_record()))
         if created:
             prune(directory, keep=_env_int(ENV_KEEP, DEFAULT_KEEP), spare=self._path)
 
@@ -148,6 +149,24 @@ class Sink:
                 log.debug("events off: %s", exc)  # a cache-dir fault: the compile path says so, once
                 return
             log.warning("pcompile: events disabled for this process: cannot write %s: %s", self._path, exc)
+
+
+ENV_JOB_SCRIPT = "PCOMPILE_JOB_SCRIPT"
+
+
+def process_record() -> dict:
+    """The first line a process writes to a job log: what it runs (`pcompile report --list`)."""
+    import sys
+    import time
+
+    script = os.environ.get(ENV_JOB_SCRIPT) or " ".join(os.path.basename(a) if i == 0 else a
+                                                            for i, a in enumerate(sys.argv[:3]))
+    rec = {"v": 1, "kind": "process", "ts": round(time.time(), 6), "dur": 0.0, "pid": os.getpid(),
+           "host": _context.host(), "script": script[:200]}
+    r = _context.rank()
+    if r is not None:
+        rec["rank"] = r
+    return rec
 
 
 def prune(directory: Path, keep: int, spare: Path | None = None) -> list[Path]:

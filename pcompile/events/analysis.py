@@ -15,6 +15,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from pcompile.store import hits
+
 MAX_ROWS = 12
 EPS = 1e-6
 
@@ -45,21 +47,24 @@ class Analysis:
     kernels: list[dict]
     lookups: list[dict]
     saved: dict[str, float]
+    script: str = ""
 
     def summary(self) -> dict[str, Any]:
-        """The numbers the CLI prints and `--json` returns."""
-        hits = sum(r["hit"] for r in self.lookups)
-        total = sum(r["n"] for r in self.lookups)
+        """The numbers the CLI prints and `--json` returns (hit rates: store/hits.py)."""
+        layers = hits.from_events(self.events)
+        hit, total = hits.totals(layers)
         ko = self.outcomes.get("kernel_compile", {})
         go = self.outcomes.get("graph_compile", {})
         return {
             "job": self.job, "log": self.path, "events": len(self.events), "bad_lines": self.bad_lines,
+            "script": self.script, "start": self.t0,
             "wall_s": round(self.wall, 3), "processes": len(self.processes),
             "ranks": sorted({p["rank"] for p in self.processes if p["rank"] is not None}),
             "hosts": sorted({p["host"] for p in self.processes}),
             "graphs": sum(go.values()), "graph_outcomes": go,
             "kernels": sum(ko.values()), "kernel_outcomes": ko,
-            "lookups": total, "lookup_hits": hits, "hit_rate": round(hits / total, 4) if total else None,
+            "lookups": total, "lookup_hits": hit, "hit_rate": round(hit / total, 4) if total else None,
+            "layers": layers, "all_hit": hits.all_hit(layers),
             "saved": self.saved,
             "critical_path_s": round(sum(self.critical_by_kind.values()), 3),
             "critical_by_kind": {k: round(v, 3) for k, v in self.critical_by_kind.items()},
@@ -70,19 +75,16 @@ class Analysis:
         """Four lines; the CLI adds a fifth naming the written file."""
         s = self.summary()
         ranks = f", ranks {_ranges(s['ranks'])}" if s["ranks"] else ""
-        lines = [f"job {self.job}: {s['wall_s']:.1f} s of compile activity, {s['processes']} process(es) on "
+        script = f" ({s['script']})" if s["script"] else ""
+        lines = [f"job {self.job}{script}: {s['wall_s']:.1f} s of compile activity, {s['processes']} process(es) on "
                  f"{len(s['hosts'])} host(s){ranks}, {s['events']} events"]
         slow = self.graphs[0] if self.graphs else None
-        slow_txt = f"; slowest graph {slow['dur']:.2f} s" if slow else ""
+        slow_txt = f"; slowest graph {slow['dur']:.2f} s ({slow['key']})" if slow else ""
         lines.append(f"graphs: {s['graphs']} ({_fmt_counts(s['graph_outcomes'])}){slow_txt}; "
                      f"kernels: {s['kernels']} ({_fmt_counts(s['kernel_outcomes'])})")
-        if s["lookups"]:
-            layers = defaultdict(lambda: [0, 0])
-            for r in self.lookups:
-                layers[r["layer"]][0] += r["hit"]
-                layers[r["layer"]][1] += r["n"]
-            per = ", ".join(f"{k} {h}/{n}" for k, (h, n) in sorted(layers.items()))
-            lines.append(f"cache lookups: {s['lookup_hits']}/{s['lookups']} hit ({100 * s['hit_rate']:.0f}%): {per}")
+        if s["lookups"] or any(r["untimed"] for r in s["layers"].values()):
+            rate = f"{100 * s['hit_rate']:.0f}%" if s["hit_rate"] is not None else "-"
+            lines.append(f"cache lookups: {s['lookup_hits']}/{s['lookups']} hit ({rate}): {hits.summary(s['layers'])}")
         else:
             lines.append("cache lookups: none recorded")
         sv = self.saved
@@ -96,7 +98,8 @@ class Analysis:
 
 
 def analyze(events: list[dict], job: str = "?", path: str | Path = "", bad_lines: int = 0) -> Analysis:
-    evs = sorted((dict(e) for e in events), key=lambda e: (e["ts"], -e["dur"]))
+    script = job_script(sorted((e for e in events if e.get("kind") == "process"), key=lambda e: e["ts"]))
+    evs = sorted((dict(e) for e in events if e.get("kind") != "process"), key=lambda e: (e["ts"], -e["dur"]))
     t0 = evs[0]["ts"] if evs else 0.0
     for i, e in enumerate(evs):
         e["start"] = e["ts"] - t0
@@ -115,8 +118,16 @@ def analyze(events: list[dict], job: str = "?", path: str | Path = "", bad_lines
         critical=critical, critical_by_kind=dict(sorted(crit_kind.items(), key=lambda kv: -kv[1])),
         phases=_phases(evs), outcomes=_outcomes(evs), processes=_processes(evs),
         graphs=_top(evs, "graph_compile", 15) or _top_any(evs, ("dynamo", "aot_autograd", "inductor_lowering"), 15),
-        kernels=_top(evs, "kernel_compile", 15), lookups=_lookups(evs), saved=_saved(evs),
+        kernels=_top(evs, "kernel_compile", 15), lookups=_lookups(evs), saved=_saved(evs), script=script,
     )
+
+
+def job_script(evs: list[dict]) -> str:
+    """What the job ran, from the first `process` record that names it."""
+    for e in evs:
+        if e["kind"] == "process" and e.get("script"):
+            return str(e["script"])
+    return ""
 
 
 def process_label(e: dict) -> str:
@@ -243,6 +254,8 @@ def _phases(evs: list[dict]) -> dict[str, dict[str, float]]:
 def _outcomes(evs: list[dict]) -> dict[str, dict[str, int]]:
     out: dict[str, Counter] = defaultdict(Counter)
     for e in evs:
+        if e.get("inner"):
+            continue  # built inside another entry's compile: that one is the unit
         if e["kind"] in ("graph_compile", "kernel_compile", "cache_lookup", "warm_step"):
             out[e["kind"]][str(e.get("outcome") or "unknown")] += 1
     return {k: dict(v) for k, v in out.items()}
@@ -268,7 +281,7 @@ def _row(e: dict) -> dict:
 
 
 def _top(evs: list[dict], kind: str, n: int) -> list[dict]:
-    sel = sorted((e for e in evs if e["kind"] == kind), key=lambda e: -e["dur"])[:n]
+    sel = sorted((e for e in evs if e["kind"] == kind and not e.get("inner")), key=lambda e: -e["dur"])[:n]
     rows = [_row(e) for e in sel]
     if kind == "graph_compile":  # how each slow graph's time split into phases
         kids: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
@@ -287,13 +300,14 @@ def _top_any(evs: list[dict], kinds: tuple[str, ...], n: int) -> list[dict]:
 def _lookups(evs: list[dict]) -> list[dict]:
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for e in evs:
-        if e["kind"] == "cache_lookup":
+        if e["kind"] == "cache_lookup" and not e.get("inner"):
             groups[(str(e.get("layer") or "?"), str(e.get("tier") or "?"))].append(e)
     rows = []
     for (layer, tier), es in sorted(groups.items()):
         lat = sorted(_num(e.get("latency"), e["dur"]) for e in es)
         c = Counter(e.get("outcome") for e in es)
         rows.append({"layer": layer, "tier": tier, "n": len(es), "hit": c.get("hit", 0), "miss": c.get("miss", 0),
+                     "untimed": c.get("untimed", 0),
                      "error": c.get("error", 0), "hit_rate": round(c.get("hit", 0) / len(es), 4),
                      "mean_ms": round(1000 * statistics.fmean(lat), 3),
                      "p95_ms": round(1000 * lat[min(len(lat) - 1, int(0.95 * len(lat)))], 3)})
@@ -306,6 +320,9 @@ def _saved(evs: list[dict]) -> dict[str, float]:
     with_cost = without = 0
     for e in evs:
         if e["kind"] != "cache_lookup":
+            continue
+        if e.get("inner"):
+            lookup += _num(e.get("latency"), e["dur"])
             continue
         lookup += _num(e.get("latency"), e["dur"])
         if e.get("outcome") != "hit":

@@ -123,6 +123,43 @@ def _note(field: str) -> None:
 
 
 @contextlib.contextmanager
+def inside(layer: str, untimed: bool | None = None) -> Iterator[None]:
+    """This thread is building an entry of `layer`: its own look-ups of that layer (Triton's
+    per-config cubins inside an Inductor kernel compile) are inner, not hits or misses.
+    `untimed`: the job it serves runs where kernels cannot be timed (see `cannot_time`)."""
+    previous = getattr(_tls, "inside", None), getattr(_tls, "untimed", None)
+    _tls.inside = layer
+    if untimed is not None:
+        _tls.untimed = untimed
+    try:
+        yield
+    finally:
+        _tls.inside, _tls.untimed = previous
+
+
+def cannot_time() -> bool:
+    """This process (or the job a worker compiles for) runs on a virtual device: pcompile warm."""
+    flag = getattr(_tls, "untimed", None)
+    return bool(flag) if flag is not None else os.environ.get("PCOMPILE_WARMING") == "1"
+
+
+def account(st: Any, layer: str, outcome: str, entry: Entry | None = None, **fields: Any) -> None:
+    """Count one look-up of `layer` (hit, miss or untimed: store/hits.py) in the stats and as a
+    `cache_lookup` event, for look-ups whose answer took more than one store read."""
+    if st is not None:
+        st.stats.lookup(layer, outcome)
+        if entry is not None:
+            st.stats.add(saved_seconds=entry.compile_seconds)
+    if entry is not None:
+        fields["saved_s"] = entry.compile_seconds
+    emit("cache_lookup", now(), 0.0, layer=layer, tier="store", outcome=outcome, **fields)
+    if outcome == "hit":
+        _note("hits")
+    elif outcome == "miss" and layer != "autotune":
+        _note("misses")
+
+
+@contextlib.contextmanager
 def scope() -> Iterator[Scope]:
     """Leases taken by this thread inside the block are released when it ends."""
     current = Scope()
@@ -183,15 +220,11 @@ def held_lease(name: str | Key) -> Lease | None:
     return held.lease if held is not None else None
 
 
-def _record_hit(st: Any, entry: Entry, stats_layer: str | None = None) -> None:
-    st.stats.layer(stats_layer or entry.key.layer, hit=True)
-    st.stats.add(saved_seconds=entry.compile_seconds)
-
-
-def lookup(kind: str, inductor_key: str, *, single_flight: bool = True, stats_layer: str | None = None) -> Entry | None:
+def lookup(kind: str, inductor_key: str, *, single_flight: bool = True, counted: bool = True) -> Entry | None:
     """The stored entry for Inductor's key, waiting out another process's compile; None = miss.
 
-    `stats_layer` counts the lookup under another name than the key's layer (predicted winners).
+    `counted=False`: the caller accounts the look-up itself (`account`), so this read is inner.
+    Look-ups of the layer this thread is building (`inside`) are inner too.
     """
     st = store()
     if st is None:
@@ -202,7 +235,10 @@ def lookup(kind: str, inductor_key: str, *, single_flight: bool = True, stats_la
         warn_once(f"key:{kind}", f"pcompile: cannot compute {kind} keys ({exc}); that layer runs uncached")
         return None
     _release_stale(kind)
-    fields = {"layer": stats_layer or key.layer, "tier": "store", "key": str(key), "artifact": kind}
+    inner = not counted or getattr(_tls, "inside", None) == key.layer
+    fields: dict[str, Any] = {"layer": key.layer, "tier": "store", "key": str(key), "artifact": kind}
+    if inner:
+        fields["inner"] = True
     try:
         with span("cache_lookup", **fields) as ev:
             t0 = now()
@@ -220,16 +256,21 @@ def lookup(kind: str, inductor_key: str, *, single_flight: bool = True, stats_la
                     _tell(kind, inductor_key, "leased")
             if entry is not None:
                 _tell(kind, inductor_key, "hit")
-                _record_hit(st, entry, stats_layer)
                 ev.outcome = "hit"
                 ev.saved_s = entry.compile_seconds
-                _note("hits")
+                if inner:
+                    st.stats.lookup(key.layer, "inner")
+                else:
+                    st.stats.lookup(key.layer, "hit")
+                    st.stats.add(saved_seconds=entry.compile_seconds)
+                    _note("hits")
                 return entry
             if held_lease(key) is None:
                 _tell(kind, inductor_key, "miss")
-            st.stats.layer(stats_layer or key.layer, hit=False)
+            st.stats.lookup(key.layer, "inner" if inner else "miss")
             ev.outcome = "miss"
-            _note("misses")
+            if not inner and key.layer != "autotune":
+                _note("misses")
             return None
     except Exception as exc:
         warn_once(f"lookup:{kind}", f"pcompile: cache lookup failed ({type(exc).__name__}: {exc}); compiling without it")
@@ -281,7 +322,8 @@ def publish(kind: str, inductor_key: str, blobs: dict[str, bytes], meta: dict[st
             return False
         entry = Entry(key=key, blobs=blobs, inputs=inputs, meta=dict(meta or {}), compile_seconds=seconds)
         ok = bool(st.put(entry, compiled=compiled))
-        _note("published")
+        if compiled and key.layer != "autotune":  # a winner or a prediction is not a compile
+            _note("published")
         for fn in list(_published_listeners):
             try:
                 fn(kind)
@@ -289,7 +331,8 @@ def publish(kind: str, inductor_key: str, blobs: dict[str, bytes], meta: dict[st
                 pass
         if compiled and kind in ("cpp", "triton") and entry.compile_seconds:
             emit("kernel_compile", now() - entry.compile_seconds, entry.compile_seconds, key=name, artifact=kind,
-                 outcome="compiled", name=str((meta or {}).get("file") or (meta or {}).get("group") or ""))
+                 outcome="compiled", name=str((meta or {}).get("file") or (meta or {}).get("group") or ""),
+                 **({"inner": True} if getattr(_tls, "inside", None) == key.layer else {}))
         return ok
     except Exception as exc:
         warn_once(f"publish:{kind}", f"pcompile: could not publish to the cache ({type(exc).__name__}: {exc}); the job goes on")

@@ -237,7 +237,9 @@ class KernelRouter:
             return Entry(key, {BLOB: result.data}, inputs, meta=meta, compile_seconds=result.seconds)
 
         try:
+            t0 = time.time()
             entry, outcome = store.get_or_compute(key, compute)
+            _emit_lookup(job, key, t0, outcome, entry)
         except (PoolError, OSError) as exc:
             warn_once("store-compute", f"pcompile: kernel cache failed ({type(exc).__name__}: {exc}); compiling without it")
             self._count("uncached")
@@ -252,16 +254,20 @@ class KernelRouter:
         except Exception as exc:  # e.g. an entry from an incompatible build that slipped through
             warn_once("unpickle", f"pcompile: cached kernel {key} does not load here ({type(exc).__name__}: {exc}); recompiling in-process")
             self._count("fallback")
-            return pickle.loads(self.hook.compile_in_process(job).data), "compiled"
+            from pcompile.inductor import kernel_job
+
+            return pickle.loads(kernel_job.in_process(job).data), "compiled"
 
     def compile(self, job: Any, fp: dict[str, str] | None) -> Any:
         """A TritonResult from the pool, or from this process if the pool cannot deliver."""
         env = None if self.kind == "ray" else job.extra_env
         if self.kind == "ray" and job.extra_env.get("TRITON_LIBDEVICE_PATH"):
             return self._fallback(job)  # a custom libdevice path exists only on this host
+        from pcompile.inductor import flight, kernel_job
+
         future = self.jobs.submit_job(
-            self.hook.run_triton_job,
-            (job.kernel_name, job.source, env, job.extra_config, json.loads(fp["x.triton_env"]) if fp else self.hook.triton_env()),
+            kernel_job.run,
+            (flight.cannot_time(), job.kernel_name, job.source, env, job.extra_config, json.loads(fp["x.triton_env"]) if fp else self.hook.triton_env()),
             weight=float(len(job.source)),
             timeout=self.timeout,
             label=job.kernel_name,
@@ -278,8 +284,10 @@ class KernelRouter:
         return result
 
     def _fallback(self, job: Any) -> Any:
+        from pcompile.inductor import kernel_job
+
         self._count("fallback")
-        return self.hook.compile_in_process(job)
+        return kernel_job.in_process(job)
 
     @staticmethod
     def _same_build(software: dict[str, str], fp: dict[str, str]) -> bool:
@@ -301,6 +309,19 @@ def _emit_kernel_event(job: Any, start: float, outcome: str, pool: str, built: d
         from pcompile.events import emit
 
         emit("kernel_compile", start, time.time() - start, kernel=job.kernel_name, artifact="triton", pool=pool, outcome=outcome, **built)
+    except Exception:
+        pass
+
+
+def _emit_lookup(job: Any, key: Key, start: float, outcome: str, entry: Any) -> None:
+    """The kernel look-up as a `cache_lookup` event (the store's stats counted it already)."""
+    try:
+        from pcompile.events import emit
+
+        hit = outcome != "compiled"
+        extra = {"saved_s": entry.compile_seconds} if hit else {}
+        emit("cache_lookup", start, time.time() - start if hit else 0.0, layer="kernel", tier="store", key=str(key),
+             artifact="inductor_kernel", kernel=job.kernel_name, outcome="hit" if hit else "miss", **extra)
     except Exception:
         pass
 

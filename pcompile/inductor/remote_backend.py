@@ -64,11 +64,20 @@ def predicting() -> Iterator[None]:
         yield
 
 
-def _predicted_lookup(key: str) -> bytes | None:
-    if autotune_policy() != "predicted":
-        return None
-    entry = flight.lookup("autotune_predicted", key, single_flight=False, stats_layer="autotune-predicted")
-    return None if entry is None else entry.blobs.get(BLOB)
+def _autotune_lookup(key: str) -> bytes | None:
+    """A measured winner, else (PCOMPILE_AUTOTUNE=predicted) a warm host's prediction: ONE autotune
+    look-up for the accounting (store/hits.py), whichever read answered it. With neither, a host
+    that cannot time kernels (a warm) leaves the kernel for the GPU job: `untimed`, not a miss."""
+    entry = flight.lookup("autotune", key, single_flight=False, counted=False)
+    winner = "measured"
+    if entry is None and autotune_policy() == "predicted":
+        entry = flight.lookup("autotune_predicted", key, single_flight=False, counted=False)
+        winner = "predicted"
+    if entry is not None:
+        flight.account(flight.store(), "autotune", "hit", entry, winner=winner)
+        return entry.blobs.get(BLOB)
+    flight.account(flight.store(), "autotune", "untimed" if flight.cannot_time() else "miss")
+    return None
 
 
 def _time_taken(data: bytes) -> float | None:
@@ -91,10 +100,10 @@ def backend_class(layer: str) -> type:
     base = compat.backend_base()
 
     def _get(self: Any, key: str) -> bytes | None:
+        if kind == "autotune":
+            return _autotune_lookup(key)
         entry = flight.lookup(kind, key, single_flight=single_flight)
-        if entry is None:
-            return _predicted_lookup(key) if layer == "autotune" else None
-        return entry.blobs.get(BLOB)
+        return None if entry is None else entry.blobs.get(BLOB)
 
     def _put(self: Any, key: str, data: Any) -> None:
         if isinstance(data, str):

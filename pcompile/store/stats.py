@@ -16,8 +16,8 @@ from typing import Any
 
 from filelock import FileLock
 
-from pcompile.keys.key import LAYERS
 from pcompile.store import fsio
+from pcompile.store import hits as _hits
 
 _FLUSH_INTERVAL = 1.0
 
@@ -31,7 +31,7 @@ def _zero() -> dict[str, Any]:
         "write_errors": 0,
         "lease_waits": 0,
         "lease_wait_seconds": 0.0,
-        "layers": {layer: {"hits": 0, "misses": 0} for layer in LAYERS},
+        "layers": {layer: _hits.zero() for layer in _hits.LAYERS},
         "tiers": {},
     }
 
@@ -66,8 +66,14 @@ class Stats:
         atexit.register(self.flush)
 
     def layer(self, layer: str, hit: bool) -> None:
+        self.lookup(layer, "hit" if hit else "miss")
+
+    def lookup(self, layer: str, outcome: str) -> None:
+        """Count one look-up of `layer` as hit, miss, untimed or inner (see store/hits.py)."""
         with self._lock:
-            self.data["layers"].setdefault(layer, {"hits": 0, "misses": 0})["hits" if hit else "misses"] += 1
+            counters = self.data["layers"].setdefault(layer, _hits.zero())
+            name = _hits.COUNTER[outcome]
+            counters[name] = counters.get(name, 0) + 1
         self._changed()
 
     def tier(self, tier: str, **delta: float) -> None:

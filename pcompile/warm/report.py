@@ -23,19 +23,30 @@ def report_lines(result: Any, check: bool = False) -> list[str]:
     out.append(f"{head.get(status, 'warm failed')} in {result.seconds:.1f}s on a virtual {result.profile.name} ({result.profile.arch}), torch {r.get('torch')}")
     if r.get("error"):
         out.append(f"error: {r['error']}")
-    cov = coverage(r)
-    fx_hit, fx_n = cov["fx_graph"]
-    aot_hit, aot_n = cov["aot_autograd"]
-    out.append(f"graphs: {fx_n - fx_hit} compiled, {fx_hit} from cache (FX graph); AOTAutograd {aot_n - aot_hit} compiled, {aot_hit} from cache; "
-               f"kernels: {result.written.get('triton', 0)} Triton cubins compiled")
     w = result.written
+    looked = getattr(result, "lookups", None)
+    if looked is not None:
+        from pcompile.store import hits
+
+        out.append(f"cache look-ups: {hits.summary(looked)}")
+        compiled = f"compiled here: {w.get('fxgraph', 0)} FX graphs, {w.get('aotautograd', 0)} AOTAutograd entries, {w.get('triton', 0)} Triton cubins"
+        out.append(compiled + (" (nothing: every look-up hit)" if hits.all_hit(looked) and not any(w.values()) else ""))
+        if check:
+            hit, n = hits.totals(looked)
+            out.append(f"coverage before this run: {hit}/{n} look-ups hit ({100.0 * hit / n:.0f}%)" if n else
+                       "coverage before this run: no look-ups")
+    else:  # events off (PCOMPILE_EVENTS=0): torch's own counters
+        cov = coverage(r)
+        fx_hit, fx_n = cov["fx_graph"]
+        aot_hit, aot_n = cov["aot_autograd"]
+        out.append(f"graphs: {fx_n - fx_hit} compiled, {fx_hit} from cache (FX graph); AOTAutograd {aot_n - aot_hit} compiled, "
+                   f"{aot_hit} from cache; kernels: {w.get('triton', 0)} Triton cubins compiled")
+        if check:
+            pct = lambda h, n: f"{100.0 * h / n:.0f}%" if n else "n/a"  # noqa: E731
+            out.append(f"coverage before this run: FX graph {fx_hit}/{fx_n} ({pct(fx_hit, fx_n)}), AOTAutograd {aot_hit}/{aot_n} ({pct(aot_hit, aot_n)})")
     aot_saved = _c(r, "aot_autograd", "autograd_cache_saved")
     out.append(f"written to {result.cache_dir}: {w.get('fxgraph', 0)} FX graph entries, {w.get('aotautograd', 0)} AOTAutograd entries, "
                f"{w.get('triton', 0)} Triton cubins" + (f" (AOTAutograd saves through all caches: {aot_saved})" if aot_saved != w.get("aotautograd", 0) else ""))
-    if check:
-        pct = lambda h, n: f"{100.0 * h / n:.0f}%" if n else "n/a"  # noqa: E731
-        out.append(f"coverage before this run: FX graph {fx_hit}/{fx_n} ({pct(fx_hit, fx_n)}), AOTAutograd {aot_hit}/{aot_n} ({pct(aot_hit, aot_n)})"
-                   + ("; the misses were compiled now" if fx_hit < fx_n or aot_hit < aot_n else ""))
     v = r.get("vdev", {})
     worker_calls = sum(int(s.get("launch", 0)) for s in result.worker_vdev)
     refused, missing = driver_gaps([v, *result.worker_vdev])
@@ -78,6 +89,10 @@ def report_lines(result: Any, check: bool = False) -> list[str]:
                    f"FX graph {fx.get('fxgraph_cache_hit', 0)} hit / {fx.get('fxgraph_cache_miss', 0)} compiled, "
                    f"AOTAutograd {aot.get('autograd_cache_hit', 0)} hit / {aot.get('autograd_cache_miss', 0)} compiled")
     out.extend(_reads_and_writes(r))
+    from pcompile.warm.runner import software_line
+
+    if software_line(r.get("software") or {}):
+        out.append(software_line(r.get("software") or {}))
     for line in result.version_warnings:
         out.append(f"warning: {line}")
     return out

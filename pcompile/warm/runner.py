@@ -52,6 +52,9 @@ class WarmResult:
     version_warnings: list[str]
     worker_vdev: list[dict[str, Any]]
     cache_dir: Path
+    #: this warm's cache look-ups per layer (store/hits.py), from its event log; None without events
+    lookups: dict[str, dict[str, Any]] | None = None
+    job: str = ""
 
 
 def inductor_dirs(settings: Settings) -> tuple[Path, Path]:
@@ -139,19 +142,53 @@ def software_here() -> dict[str, Any]:
     from pcompile.inductor.compat import cudnn_version
 
     local["cudnn"] = cudnn_version.version()
+    from pcompile.keys import versions
+
+    local["python"] = versions.python_version()  # major.minor, as in the keys
     return local
 
 
+def builtin(profile: DeviceProfile) -> bool:
+    """A profile shipped with pcompile (board properties only: its capture host's software is
+    not the user's GPU host's)."""
+    from pcompile.vdev.profile import BUILTIN_DIR
+
+    try:
+        return Path(profile.source).resolve().parent == BUILTIN_DIR
+    except OSError:
+        return False
+
+
+#: Software fields that are part of every cache key (pcompile/keys/fingerprint.py), so a GPU job
+#: whose values differ from the warm host's misses every entry the warm wrote.
+KEYED_SOFTWARE = ("torch", "triton", "cudnn", "python")
+
+
 def version_warnings(profile: DeviceProfile, local: dict[str, Any]) -> list[str]:
-    """Software the profile was captured with that differs from the warm's: the GPU job's keys would differ."""
+    """At most one line: the keyed software of the warm host that differs from the GPU host's.
+
+    Only a profile captured on the user's GPU host (`pcompile profile`) says what that host runs;
+    a built-in profile describes the board, and its capture host's versions mean nothing here."""
+    if builtin(profile):
+        return []
     sw = profile.software
-    out = []
-    for key, here in local.items():
-        there = sw.get(key)
-        if there is not None and here is not None and str(there) != str(here):
-            out.append(f"{key} here is {here} but the {profile.board or profile.name} profile was captured with {there}; "
-                       f"install the GPU host's {key} here or the GPU job will miss")
-    return out
+    if sw.get("python"):
+        sw["python"] = ".".join(str(sw["python"]).split(".")[:2])
+    diffs = [(key, local.get(key), sw.get(key)) for key in KEYED_SOFTWARE
+             if sw.get(key) is not None and local.get(key) is not None and str(sw[key]) != str(local[key])]
+    if not diffs:
+        return []
+    here = ", ".join(f"{k} {h}" for k, h, _ in diffs)
+    there = ", ".join(f"{k} {t}" for k, _, t in diffs)
+    return [f"this host runs {here} but the GPU host of {profile.source} runs {there}: every key differs, so the "
+            f"GPU job will miss all of it; install the GPU host's versions here (or capture the profile again "
+            f"if the GPU host was upgraded) and warm again"]
+
+
+def software_line(local: dict[str, Any]) -> str:
+    """What the GPU job must run to hit what this warm wrote (informational, not a warning)."""
+    shown = ", ".join(f"{k} {local[k]}" for k in KEYED_SOFTWARE if local.get(k) is not None)
+    return f"the GPU job hits these entries when it runs pcompile with the same {shown}" if shown else ""
 
 
 def _wait(proc: subprocess.Popen, progress_file: Path, steps: int, timeout: float | None) -> int:
@@ -192,9 +229,10 @@ def run_warm(opts: WarmOptions) -> WarmResult:
     inductor.mkdir(parents=True, exist_ok=True)
     ranks = warm_ranks(opts)
     run_dir = warm_run_dir(settings, script)
+    job = f"warm-{run_dir.name}"
     before = snapshot(inductor)
     t0 = time.monotonic()
-    results = [_run_rank(opts, settings, profile, lib, script, run_dir, rank) for rank in ranks]
+    results = [_run_rank(opts, settings, profile, lib, script, run_dir, rank, job) for rank in ranks]
     seconds = time.monotonic() - t0
     after = snapshot(inductor)
     rc, report, workers = results[0]
@@ -208,7 +246,24 @@ def run_warm(opts: WarmOptions) -> WarmResult:
             report["error"] = "; ".join(failed)
     warnings = version_warnings(profile, report.get("software") or {})
     written = {layer: len(after[layer] - before[layer]) for layer in LAYERS}
-    return WarmResult(rc, report, written, seconds, profile, warnings, [w for _, _, ws in results for w in ws], inductor)
+    return WarmResult(rc, report, written, seconds, profile, warnings, [w for _, _, ws in results for w in ws], inductor,
+                      lookups=job_lookups(settings, job), job=job)
+
+
+def job_lookups(settings: Settings, job: str) -> dict[str, dict[str, Any]] | None:
+    """The warm's look-ups per layer, counted from its event log as `pcompile report` counts them."""
+    from pcompile.events import reader
+    from pcompile.events._sink import SUFFIX, events_dir
+    from pcompile.store import hits
+
+    path = events_dir(settings.cache_dir) / (job + SUFFIX)
+    if not path.is_file():
+        return None
+    try:
+        events, _bad = reader.load(path)
+    except OSError:
+        return None
+    return hits.from_events(events)
 
 
 def warm_ranks(opts: WarmOptions) -> list[int]:
@@ -229,7 +284,7 @@ def warm_ranks(opts: WarmOptions) -> list[int]:
 
 
 def _run_rank(opts: WarmOptions, settings: Settings, profile: DeviceProfile, lib: Path, script: Path, run_dir: Path,
-              rank: int) -> tuple[int, dict[str, Any], list[dict[str, Any]]]:
+              rank: int, job: str) -> tuple[int, dict[str, Any], list[dict[str, Any]]]:
     """One warm child, as `rank` of the job: (exit code, its report, its workers' device stats)."""
     workdir = Path(tempfile.mkdtemp(prefix="pcompile-warm-"))
     try:
@@ -238,6 +293,8 @@ def _run_rank(opts: WarmOptions, settings: Settings, profile: DeviceProfile, lib
         env = preload.child_env(lib, profile, workdir, opts.strict, base=base)
         env.update(cache_env(settings))
         env["PCOMPILE_WARMING"] = "1"
+        env["PCOMPILE_JOB_ID"] = job  # one event log for the warm: its summary counts look-ups from it
+        env["PCOMPILE_JOB_SCRIPT"] = f"pcompile warm {opts.script}"
         env["PCOMPILE_WARM_PROGRESS"] = str(workdir / "progress")
         if opts.world_size:
             from pcompile.warm.fakepg import env_for

@@ -1,0 +1,98 @@
+"""One definition of a hit per layer, for every place that shows one: the warm summary,
+`pcompile stats`, `pcompile report` and `warm --check`.
+
+A lookup is accounted once per layer, where pcompile answers it (`inductor/flight.py`, and the
+kernel router in `inductor/pool_install.py`), as one of:
+
+- `hit`: the artifact came from the store (or from another process's compile, waited for);
+- `miss`: it had to be built here;
+- `untimed` (autotune only): no measured winner and no prediction, on a host that cannot time
+  kernels (a warm): the GPU job benchmarks that kernel once. Nothing the cache could have held,
+  so not a miss;
+- `inner`: a look-up made while building another layer's entry (Triton's per-config cubins
+  while an Inductor kernel compiles, a measured-winner probe before the prediction decides).
+  Counted for the curious, never in a rate: the owning layer's lookup already says hit or miss.
+
+An AOTAutograd hit brings its FX graphs and kernels without graph or kernel look-ups, so a
+second run shows hits on the layers that were asked, and no look-ups on the others.
+
+Counters have the shape {layer: {"hits", "misses", "untimed", "inner"}} (Stats files, events).
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+LAYERS: tuple[str, ...] = ("graph", "autograd", "kernel", "autotune", "program")
+OUTCOMES = ("hit", "miss", "untimed", "inner")
+#: outcome -> counter name
+COUNTER = {"hit": "hits", "miss": "misses", "untimed": "untimed", "inner": "inner"}
+_NAMES = {"graph": "FX graph", "autograd": "AOTAutograd", "kernel": "kernel", "autotune": "autotune", "program": "program"}
+
+
+def zero() -> dict[str, int]:
+    return {c: 0 for c in COUNTER.values()}
+
+
+def table(counters: Mapping[str, Mapping[str, Any]] | None) -> dict[str, dict[str, Any]]:
+    """Per layer: hits, misses, untimed, inner, lookups (hits + misses) and rate (None: no lookups).
+
+    Raw layer names of older stats files fold in: `autotune-predicted` was a second autotune
+    look-up (its hits are autotune hits, the measured probe before it was inner)."""
+    out = {layer: zero() for layer in LAYERS}
+    for layer, c in (counters or {}).items():
+        if layer == "autotune-predicted":  # pre-accounting stats files: fold the prediction in
+            hit = int(c.get("hits", 0))
+            out["autotune"]["hits"] += hit
+            out["autotune"]["misses"] -= hit
+            out["autotune"]["inner"] += hit + int(c.get("misses", 0))
+            continue
+        target = out.setdefault(layer, zero())
+        for name in COUNTER.values():
+            target[name] += int(c.get(name, 0))
+    for row in out.values():
+        row["misses"] = max(row["misses"], 0)
+        row["lookups"] = row["hits"] + row["misses"]
+        row["rate"] = round(row["hits"] / row["lookups"], 4) if row["lookups"] else None
+    return out
+
+
+def from_events(events: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The same table from one job's `cache_lookup` events."""
+    counters: dict[str, dict[str, int]] = {}
+    for e in events:
+        if e.get("kind") != "cache_lookup":
+            continue
+        outcome = "inner" if e.get("inner") else str(e.get("outcome") or "miss")
+        name = COUNTER.get(outcome)
+        if name is None:
+            continue  # an error: the caller compiled without the cache, reported elsewhere
+        c = counters.setdefault(str(e.get("layer") or "?"), zero())
+        c[name] += 1
+    return table(counters)
+
+
+def totals(t: Mapping[str, Mapping[str, Any]]) -> tuple[int, int]:
+    """(hits, lookups) over every layer."""
+    return sum(r["hits"] for r in t.values()), sum(r["lookups"] for r in t.values())
+
+
+def all_hit(t: Mapping[str, Mapping[str, Any]]) -> bool:
+    """Every layer with a look-up hit every time (and at least one layer was asked)."""
+    asked = [r for r in t.values() if r["lookups"]]
+    return bool(asked) and all(r["misses"] == 0 for r in asked)
+
+
+def describe(layer: str, row: Mapping[str, Any]) -> str:
+    """`AOTAutograd 3/3 hit`, `autotune 35/35 hit (13 left for the GPU to time)`; '' if unasked."""
+    if not row["lookups"] and not row["untimed"]:
+        return ""
+    text = f"{_NAMES.get(layer, layer)} {row['hits']}/{row['lookups']} hit"
+    if row["untimed"]:
+        text += f" ({row['untimed']} left for the GPU to time: this host cannot)"
+    return text
+
+
+def summary(t: Mapping[str, Mapping[str, Any]]) -> str:
+    """One line: each asked layer, or that nothing was looked up."""
+    parts = [d for d in (describe(layer, row) for layer, row in t.items()) if d]
+    return ", ".join(parts) if parts else "no cache look-ups"
