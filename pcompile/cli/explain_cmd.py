@@ -14,8 +14,9 @@ from pcompile.keys.key import Key, KeyInputs
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("explain", help="show why two keys differ (fields of their stored inputs)")
     add_common(p)
-    p.add_argument("key_a", help="a key (LAYER-HEX32) or a manifest file")
-    p.add_argument("key_b", help="a key (LAYER-HEX32) or a manifest file")
+    p.add_argument("key_a", help="a key (LAYER-HEX32), a manifest file, or a graph or kernel name as `pcompile report` prints it")
+    p.add_argument("key_b", help="the same kinds of reference")
+    p.add_argument("--job", default=None, help="where to look names up (default: the newest job that has them)")
     p.set_defaults(func=run)
 
 
@@ -34,9 +35,43 @@ def _inputs(store, ref: str) -> KeyInputs:
     raise PcompileError(f"key {key} is in no tier of this cache: pass --cache-dir/--shared-dir of a cache that holds it")
 
 
+def _key_of_name(cache_dir: Path, name: str, job: str | None) -> str:
+    """The store key behind a graph or kernel name that `pcompile report` printed: a kernel's own
+    look-up, or the AOTAutograd (else FX graph) look-up made inside that graph's compile."""
+    from pcompile.events import analysis, reader
+    from pcompile.events._sink import events_dir
+
+    logs = [reader.find_job(events_dir(cache_dir), job)] if job else reader.list_jobs(events_dir(cache_dir))
+    for log in logs:
+        events, _bad = reader.load(log.path)
+        named = [e for e in events if name in (analysis.display_name(e), e.get("name"), e.get("kernel"))]
+        for e in named:
+            if e["kind"] in ("cache_lookup", "kernel_compile") and str(e.get("key", "")).count("-") == 1 and not e.get("inner"):
+                return str(e["key"])
+        ids = {e.get("id") for e in named if e["kind"] == "graph_compile"}
+        inside = [e for e in events if e["kind"] == "cache_lookup" and e.get("parent") in ids and not e.get("inner")]
+        for layer in ("autograd", "graph"):
+            for e in inside:
+                if e.get("layer") == layer and e.get("key"):
+                    return str(e["key"])
+    raise PcompileError(f"{name!r} is not a key (LAYER-HEX32), a manifest, or a graph or kernel name in "
+                        f"{'job ' + job if job else 'any job log'} of {cache_dir}: copy one from `pcompile report` "
+                        "(its graph and kernel tables) or `pcompile report --json`")
+
+
+def _ref(args: argparse.Namespace, ref: str) -> str:
+    if ref.endswith(".json") and Path(ref).is_file():
+        return ref
+    try:
+        return str(Key.parse(ref))
+    except PcompileError:
+        from pcompile.cli.common import settings_from
+
+        return _key_of_name(settings_from(args).cache_dir, ref, args.job)
+
+
 def run(args: argparse.Namespace) -> int:
-    Key.parse(args.key_a) if not args.key_a.endswith(".json") else None
-    Key.parse(args.key_b) if not args.key_b.endswith(".json") else None
+    args.key_a, args.key_b = _ref(args, args.key_a), _ref(args, args.key_b)
     store = open_store(args, must_exist=True)
     a, b = _inputs(store, args.key_a), _inputs(store, args.key_b)
     diffs = diff_inputs(a, b)

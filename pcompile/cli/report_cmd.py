@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from pcompile.cli.common import add_common, emit, settings_from
 
@@ -29,9 +30,8 @@ def run(args: argparse.Namespace) -> int:
 
     directory = events_dir(settings_from(args).cache_dir)
     if args.list:
-        jobs = reader.list_jobs(directory)
-        emit(args, [{"job": j.job, "path": str(j.path), "mtime": j.mtime, "bytes": j.size} for j in jobs],
-             "\n".join(f"{j.job}  {j.size / 1024:.0f} KiB  {j.path}" for j in jobs) or f"no event logs in {directory}")
+        rows = [_job_row(j) for j in reader.list_jobs(directory)]
+        emit(args, rows, "\n".join(_list_line(r) for r in rows) or f"no event logs in {directory}")
         return 0
     log = reader.find_job(directory, args.job)
     events, bad = reader.load(log.path)
@@ -54,6 +54,31 @@ def run(args: argparse.Namespace) -> int:
     lines = a.summary_lines() + [f"wrote {fmt} report to {out}"]
     emit(args, dict(a.summary(), out=str(out), format=fmt), "\n".join(lines))
     return 0
+
+
+def _job_row(log: Any) -> dict[str, Any]:
+    """One job of `--list`: what ran, when, and its hit rate (store/hits.py, as everywhere)."""
+    from pcompile.events import analysis, reader
+    from pcompile.store import hits
+
+    try:
+        events, _bad = reader.load(log.path)
+    except OSError:
+        events = []
+    procs = sorted((e for e in events if e.get("kind") == "process"), key=lambda e: e["ts"])
+    layers = hits.from_events(events)
+    hit, total = hits.totals(layers)
+    start = min((e["ts"] for e in events), default=log.mtime)
+    return {"job": log.job, "path": str(log.path), "mtime": log.mtime, "bytes": log.size, "start": start,
+            "script": analysis.job_script(procs), "lookups": total, "lookup_hits": hit,
+            "hit_rate": round(hit / total, 4) if total else None, "layers": layers}
+
+
+def _list_line(r: dict[str, Any]) -> str:
+    import time
+
+    rate = f"{r['lookup_hits']}/{r['lookups']} hit ({100 * r['hit_rate']:.0f}%)" if r["lookups"] else "no look-ups"
+    return f"{r['job']}  {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(r['start']))}  {r['script'] or '?'}  {rate}"
 
 
 def _format_from(out: str | None) -> str:

@@ -86,18 +86,16 @@ def run(args: argparse.Namespace) -> int:
         f"cache dir       {data['cache_dir']}  ({_human(data['disk_bytes'])} in all)",
         f"entries         {data['entries']} ({_human(data['disk']['store entries'])})",
         f"compiles        {data['compiles']} ({data['compile_seconds']:.1f} s compiling, {data['saved_seconds']:.1f} s saved by hits)",
-        "layer           hits   misses  hit rate   (all jobs since the cache was made)",
     ]
+    if data["recent_jobs"]:
+        lines.append("newest jobs     cache look-ups per layer (as `pcompile report` and the warm summary count them)")
+        for j in data["recent_jobs"]:
+            lines.append(f"  {j['job']}  {j['script'] or '?'}: {hits.summary(j['layers'])}")
+    lines.append("layer           hits   misses  hit rate   (all jobs since the cache was made)")
     for layer, c in data["layers"].items():
         rate = f"{100 * c['rate']:5.1f}%" if c["rate"] is not None else "    -"
         notes = [f"{c['untimed']} left for the GPU to time (a warm host cannot)"] if c["untimed"] else []
-        if c["inner"]:
-            notes.append(f"{c['inner']} inner look-ups while building its entries, not counted")
         lines.append(f"  {layer:<13} {c['hits']:>5} {c['misses']:>8}  {rate}" + (f"   {'; '.join(notes)}" if notes else ""))
-    if data["recent_jobs"]:
-        lines.append("newest jobs     look-ups per layer (as `pcompile report` counts them)")
-        for j in data["recent_jobs"]:
-            lines.append(f"  {j['job']}  {j['script'] or '?'}: {hits.summary(j['layers'])}")
     lines.append("tier            entries   bytes       hits   misses  mean read")
     for name, t in data["tiers"].items():
         lines.append(f"  {name:<13} {t['entries']:>7}   {_human(t['bytes']):<10} {t['hits']:>5} {t['misses']:>8}  {t['mean_read_ms']:.2f} ms")

@@ -79,7 +79,7 @@ class Analysis:
         lines = [f"job {self.job}{script}: {s['wall_s']:.1f} s of compile activity, {s['processes']} process(es) on "
                  f"{len(s['hosts'])} host(s){ranks}, {s['events']} events"]
         slow = self.graphs[0] if self.graphs else None
-        slow_txt = f"; slowest graph {slow['dur']:.2f} s ({slow['key']})" if slow else ""
+        slow_txt = f"; slowest graph {slow['dur']:.2f} s: {slow['name']}" if slow else ""
         lines.append(f"graphs: {s['graphs']} ({_fmt_counts(s['graph_outcomes'])}){slow_txt}; "
                      f"kernels: {s['kernels']} ({_fmt_counts(s['kernel_outcomes'])})")
         if s["lookups"] or any(r["untimed"] for r in s["layers"].values()):
@@ -274,8 +274,19 @@ def _processes(evs: list[dict]) -> list[dict]:
     return sorted(procs.values(), key=lambda p: p["start"])
 
 
+def display_name(e: dict) -> str:
+    """What a person calls this graph or kernel: the function and file:line of a graph, Inductor's
+    kernel name (triton_poi_fused_add_0); the store key only when nothing better was recorded."""
+    name = e.get("name") or e.get("kernel") or ""
+    if name and e["kind"] == "kernel_compile":
+        name = re.sub(r"\.(json|cubin|so|ptx|ttir|ttgir|llir|hsaco)$", "", str(name))
+    if e["kind"] == "graph_compile" and e.get("compile_id") and name:
+        name = f"{name} [{e['compile_id']}]"
+    return str(name or e.get("key") or "")
+
+
 def _row(e: dict) -> dict:
-    return {"kind": e["kind"], "key": e.get("key") or e.get("kernel") or e.get("name") or "", "process": process_label(e),
+    return {"kind": e["kind"], "name": display_name(e), "key": e.get("key") or "", "process": process_label(e),
             "worker": e.get("worker"), "outcome": e.get("outcome"), "dur": e["dur"], "start": e["start"],
             "critical": bool(e.get("critical"))}
 

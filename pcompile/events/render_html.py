@@ -125,8 +125,10 @@ def _timeline(a: Analysis) -> str:
 def _bar(ev: dict, y: float, scale: float, critical: bool) -> str:
     x = LABEL_W + ev["start"] * scale
     w = max(ev["dur"] * scale, 0.8)
-    tip = [ev["kind"]]
-    for k in ("key", "kernel", "layer", "tier", "worker", "artifact", "outcome"):
+    from pcompile.events.analysis import display_name
+
+    tip = [ev["kind"]] + ([display_name(ev)] if display_name(ev) != ev.get("key") else [])
+    for k in ("key", "layer", "tier", "worker", "artifact", "outcome"):
         if ev.get(k) is not None:
             tip.append(f"{k}={ev[k]}")
     tip.append(f"{ev['dur'] * 1000:.1f} ms at +{ev['start']:.3f} s")
@@ -170,16 +172,16 @@ def _short(key: str, n: int = 48) -> str:
 
 
 def _graph_table(a: Analysis) -> str:
-    rows = [[_short(g["key"]), g["kind"], g["process"], g["outcome"], g["dur"],
+    rows = [[_short(g["name"], 72), g["kind"], g["process"], g["outcome"], g["dur"],
              ", ".join(f"{k} {v:.2f}s" for k, v in sorted(g.get("phases", {}).items(), key=lambda kv: -kv[1])),
              "yes" if g["critical"] else ""] for g in a.graphs]
-    return _table(["key", "kind", "process", "outcome", "seconds", "phases", "critical"], rows, {4})
+    return _table(["graph", "kind", "process", "outcome", "seconds", "phases", "critical"], rows, {4})
 
 
 def _kernel_table(a: Analysis) -> str:
-    rows = [[_short(k["key"]), k["process"], k["worker"], k["outcome"], k["dur"], "yes" if k["critical"] else ""]
+    rows = [[_short(k["name"], 72), k["key"], k["process"], k["worker"], k["outcome"], k["dur"], "yes" if k["critical"] else ""]
             for k in a.kernels]
-    return _table(["key", "process", "worker", "outcome", "seconds", "critical"], rows, {4})
+    return _table(["kernel", "key (for pcompile explain)", "process", "worker", "outcome", "seconds", "critical"], rows, {5})
 
 
 def _lookup_table(a: Analysis) -> str:

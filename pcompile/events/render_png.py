@@ -1,11 +1,12 @@
 """A static picture of the timeline (matplotlib, headless) for READMEs, issues and Slack."""
 from __future__ import annotations
 
+from collections import Counter, defaultdict
 from pathlib import Path
 
 from pcompile.errors import PcompileError
 from pcompile.events import style
-from pcompile.events.analysis import Analysis
+from pcompile.events.analysis import Analysis, display_name
 
 MAX_ROWS_DRAWN = 60
 
@@ -20,10 +21,14 @@ def render(a: Analysis, out: Path) -> Path:
     except ImportError:
         raise PcompileError("--format png needs matplotlib: pip install 'pcompile[report]' (or pip install matplotlib)") from None
 
+    held: dict[tuple[str, int], Counter] = defaultdict(Counter)
+    for ev in a.events:
+        held[(ev.get("lane"), ev.get("row"))][ev["kind"]] += 1
     rows: list[tuple[str, str, int]] = [("critical path", "__critical__", 0)]
     for lane in a.lanes:
         for r in range(lane.rows):
-            rows.append((f"{lane.group} / {lane.label}" if r == 0 else "", lane.id, r))
+            kinds = "/".join(k for k, _ in held[(lane.id, r)].most_common(2)) or "-"
+            rows.append((f"{lane.group} / {lane.label}: {kinds}" if r == 0 else f"{lane.label}: {kinds}", lane.id, r))
     rows = rows[:MAX_ROWS_DRAWN]
     index = {(lane_id, r): i for i, (_, lane_id, r) in enumerate(rows)}
     fig_h = min(2.2 + 0.22 * len(rows), 30)
@@ -49,6 +54,17 @@ def render(a: Analysis, out: Path) -> Path:
             add(i, ev["start"], ev["dur"], style.color(ev), style.CRITICAL if ev.get("critical") else "none")
     for i, (bars, colors, edges) in per_row.items():
         ax.broken_barh(bars, (len(rows) - 1 - i - 0.4, 0.8), facecolors=colors, edgecolors=edges, linewidth=0.8)
+    span = max(a.wall, 1e-3)
+    for ev in a.events:  # name the bars wide enough to carry it: graphs by function, kernels by Inductor's name
+        i = index.get((ev.get("lane"), ev.get("row")))
+        if i is None or ev["kind"] not in ("graph_compile", "kernel_compile") or ev["dur"] < span * 0.06:
+            continue
+        name = display_name(ev)
+        room = int(ev["dur"] / span * 14 * 110 / 6)  # characters that fit at ~6 px each
+        if room >= 6 and name:
+            ax.text(ev["start"] + span * 0.003, len(rows) - 1 - i, name if len(name) <= room else name[: room - 1] + "…",
+                    va="center", ha="left", fontsize=6.5, clip_on=True,
+                    color="#1d2733" if ev["kind"] == "graph_compile" else "white")
     ax.set_yticks([len(rows) - 1 - i for i in range(len(rows))])
     ax.set_yticklabels([lbl for lbl, _, _ in rows], fontsize=8)
     ax.set_xlim(0, max(a.wall, 1e-3) * 1.01)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import os
+import re
 from typing import Any, Iterator
 
 from pcompile.inductor import backward_ahead, flight, gate, hooks, private_dir
@@ -59,10 +61,23 @@ def normalize(gm: Any) -> None:
                        "keys may differ between the warm host and this job")
 
 
-def _graph_name(gm: Any) -> str:
-    """A readable label for the timeline (Dynamo names its graphs after the frame)."""
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+
+
+def _graph_name(gm: Any) -> tuple[str, str]:
+    """(function (file:line), Dynamo's compile id) for the report: the outermost frame of the first
+    node's recorded stack is the function Dynamo compiled, at its first traced line."""
     meta = getattr(gm, "meta", None) or {}
-    return str(meta.get("dynamo_compile_id") or getattr(gm, "_get_name", lambda: type(gm).__name__)())
+    cid = str(meta.get("dynamo_compile_id") or "")
+    try:
+        for node in gm.graph.nodes:
+            found = _FRAME.search(str(node.meta.get("stack_trace") or ""))
+            if found:
+                path, line, func = found.groups()
+                return f"{func} ({os.path.basename(path)}:{line})", cid
+    except Exception:
+        pass
+    return str(getattr(gm, "_get_name", lambda: type(gm).__name__)()), cid
 
 
 @contextlib.contextmanager
@@ -74,7 +89,8 @@ def compile_scope(gm: Any) -> Iterator[None]:
         from pcompile.inductor.compat import lazy_backward
 
         eager = lazy_backward.eager_backward()
-    with span("graph_compile", key=_graph_name(gm), backend="pcompile") as ev, flight.scope() as sc, eager, \
+    name, cid = _graph_name(gm)
+    with span("graph_compile", name=name, compile_id=cid, backend="pcompile") as ev, flight.scope() as sc, eager, \
             backward_ahead.allowed():
         yield
         ev.outcome = sc.outcome

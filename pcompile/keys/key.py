@@ -44,7 +44,7 @@ class Key:
             shown = repr(text)[:80]
             raise BadKeyError(
                 f"malformed key {shown}: expected LAYER-HEX32 with LAYER one of {', '.join(LAYERS)} "
-                "(copy keys from `pcompile stats --json` or a manifest)"
+                "(copy one from `pcompile report`'s kernel table or `pcompile report --json`, or a manifest)"
             )
         layer, digest = text.split("-", 1)
         return Key(layer, digest)

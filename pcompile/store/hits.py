@@ -83,13 +83,14 @@ def all_hit(t: Mapping[str, Mapping[str, Any]]) -> bool:
 
 
 def describe(layer: str, row: Mapping[str, Any]) -> str:
-    """`AOTAutograd 3/3 hit`, `autotune 35/35 hit (13 left for the GPU to time)`; '' if unasked."""
+    """`AOTAutograd 3/3 hit`, `autotune 35/35 hit, 13 left for the GPU to time (...)`; '' if unasked."""
     if not row["lookups"] and not row["untimed"]:
         return ""
-    text = f"{_NAMES.get(layer, layer)} {row['hits']}/{row['lookups']} hit"
-    if row["untimed"]:
-        text += f" ({row['untimed']} left for the GPU to time: this host cannot)"
-    return text
+    name = _NAMES.get(layer, layer)
+    untimed = f"{row['untimed']} left for the GPU to time (this host cannot)" if row["untimed"] else ""
+    if not row["lookups"]:
+        return f"{name}: {untimed}"
+    return f"{name} {row['hits']}/{row['lookups']} hit" + (f", {untimed}" if untimed else "")
 
 
 def summary(t: Mapping[str, Mapping[str, Any]]) -> str:

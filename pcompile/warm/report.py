@@ -28,9 +28,7 @@ def report_lines(result: Any, check: bool = False) -> list[str]:
     if looked is not None:
         from pcompile.store import hits
 
-        out.append(f"cache look-ups: {hits.summary(looked)}")
-        compiled = f"compiled here: {w.get('fxgraph', 0)} FX graphs, {w.get('aotautograd', 0)} AOTAutograd entries, {w.get('triton', 0)} Triton cubins"
-        out.append(compiled + (" (nothing: every look-up hit)" if hits.all_hit(looked) and not any(w.values()) else ""))
+        out.append(f"cache look-ups: {hits.summary(looked)}" + ("; nothing compiled" if hits.all_hit(looked) and not any(w.values()) else ""))
         if check:
             hit, n = hits.totals(looked)
             out.append(f"coverage before this run: {hit}/{n} look-ups hit ({100.0 * hit / n:.0f}%)" if n else
