@@ -1,0 +1,135 @@
+"""The README's walk-throughs, run from its text on one machine (tests/readme_commands.py).
+
+Substitutions, as the README says: HEAD is this host, /mnt/pcompile a temporary directory, the
+node-local dirs temporary ones, and train.py one of the examples. Two cache dirs stand for two
+nodes; a local Ray head stands for the cluster (the "other node" line is checked for its form:
+one machine cannot run a second raylet of the same cluster here). The GPU job step runs only
+where a GPU is.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+import readme_commands as rc
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _subst(cmd: str, mapping: dict[str, str]) -> str:
+    for old, new in mapping.items():
+        cmd = cmd.replace(old, new)
+    return cmd
+
+
+def _env_of(cmd: str) -> tuple[dict[str, str], str]:
+    """Leading NAME=value assignments of a command line, and the rest."""
+    env: dict[str, str] = {}
+    parts = cmd.split(" ")
+    while parts and "=" in parts[0] and parts[0].split("=", 1)[0].isupper():
+        name, value = parts.pop(0).split("=", 1)
+        env[name] = value
+    return env, " ".join(parts)
+
+
+def _run(cmd: str, base: dict[str, str]) -> str:
+    extra, rest = _env_of(cmd)
+    proc = rc.run(rest, dict(base, **extra))
+    return proc.stdout + proc.stderr
+
+
+def _newest_job(cache_dir: Path) -> dict:
+    stats = json.loads(rc.run(f"pcompile stats --json --cache-dir {cache_dir}", rc.clean_env()).stdout)
+    return stats["recent_jobs"][0] | {"tiers": stats["tiers"]}
+
+
+def test_shared_cache_two_nodes_second_hits_every_layer(tmp_path: Path) -> None:
+    (block,) = rc.bash_blocks("A shared cache on every node")
+    mapping = {"/mnt/pcompile": str(tmp_path / "shared"), "/tmp/pcompile-node1": str(tmp_path / "node1"),
+               "/tmp/pcompile-node2": str(tmp_path / "node2"), "train.py": "examples/cpu_demo.py"}
+    cmds = [_subst(c, mapping) for c in block]
+    assert len(cmds) == 3 and cmds[2].startswith("pcompile stats")
+    base = rc.clean_env()
+    for cmd in cmds:
+        _run(cmd, base)
+    node1, node2 = _newest_job(tmp_path / "node1"), _newest_job(tmp_path / "node2")
+    assert not node1["all_hit"] and node2["all_hit"], (node1["layers"], node2["layers"])
+    assert node2["tiers"]["shared"]["hits"] > 0  # node 2 read node 1's entries from the shared tier
+
+
+def test_warm_on_a_cpu_host_then_the_job(tmp_path: Path) -> None:
+    (block,) = rc.bash_blocks("Warm on a CPU host, then the GPU job")
+    mapping = {"/mnt/pcompile": str(tmp_path / "shared"), "train.py": "examples/warm_small_gpt.py"}
+    warm, check, job = (_subst(c, mapping) for c in block)
+    base = rc.clean_env(PCOMPILE_POOL_IDLE_EXIT="10")
+    first = _run(warm, base)
+    assert "written to" in first and "warning" not in first.lower(), first[-2000:]
+    checked = _run(check, base)
+    line = next(ln for ln in checked.splitlines() if ln.startswith("coverage before this run: "))
+    hit, total = line.split(": ", 1)[1].split(" ", 1)[0].split("/")
+    assert int(total) > 0 and hit == total, line
+    import torch
+
+    if torch.cuda.is_available():  # the GPU host's step: the job hits what the warm wrote
+        _run(job, base)
+        assert _newest_job(tmp_path / "shared" / "cache")["all_hit"]
+    else:
+        extra, rest = _env_of(job)
+        assert extra == {"PCOMPILE": "1", "PCOMPILE_CACHE_DIR": str(tmp_path / "shared" / "cache")} and rest.startswith("python ")
+
+
+def test_ray_pool_compiles_the_warms_kernels_on_actors(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    (block,) = rc.bash_blocks("Ray pool across nodes")
+    port = str(_free_port())
+    mapping = {"HEAD": "127.0.0.1", "6379": port, "train.py": "examples/warm_small_gpt.py"}
+    head, other, job = (_subst(c, mapping) for c in block)
+    assert head.startswith("ray start --head") and other.startswith(f"ray start --address=127.0.0.1:{port}")
+    cache = tmp_path / "cache"
+    base = rc.clean_env(PCOMPILE_CACHE_DIR=str(cache), PCOMPILE_POOL_IDLE_EXIT="10", RAY_USAGE_STATS_ENABLED="0")
+    # --block keeps the head in a process group of ours, ended below (never `ray stop`: it ends
+    # every Ray of this machine, other tests' included)
+    temp = tempfile.mkdtemp(prefix="pcray-")  # short: Ray's socket paths must fit 107 bytes
+    ray = subprocess.Popen(rc.argv(head) + ["--block", "--temp-dir", temp], env=base, cwd=rc.REPO,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", int(port)), timeout=1).close()
+                break
+            except OSError:
+                assert ray.poll() is None, ray.stdout.read().decode(errors="replace")[-3000:]
+                time.sleep(1)
+        out = _run(job, base)
+        assert "warning" not in out.lower(), out[-2000:]
+        log = cache / "events"
+        events = [json.loads(line) for p in log.glob("warm-*.jsonl") for line in p.read_text().splitlines()]
+        pools = {e.get("pool") for e in events if e["kind"] == "kernel_compile" and e.get("kernel")}
+        assert pools == {"ray"}, pools
+    finally:
+        try:
+            os.killpg(ray.pid, signal.SIGTERM)
+            ray.wait(timeout=60)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
+        try:
+            os.killpg(ray.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        shutil.rmtree(temp, ignore_errors=True)
