@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 
 from pcompile.cli.common import add_common
@@ -77,10 +78,10 @@ def run(args: argparse.Namespace) -> int:
     result = run_warm(WarmOptions(
         script=script, script_args=script_args, target=args.target, steps=args.steps,
         world_size=args.world_size, ranks=args.ranks, strict=args.strict, check=args.check, cache_dir=args.cache_dir,
-        shared_dir=args.shared_dir, timeout=args.timeout))
+        shared_dir=args.shared_dir, timeout=args.timeout, command="pcompile " + shlex.join(sys.argv[1:])))
     if args.json:
         json.dump({"exit_code": result.exit_code, "seconds": result.seconds, "written": result.written,
-                   "report": result.report, "worker_vdev": result.worker_vdev, "profile": result.profile.board, "lines": lines(result, check=args.check)},
+                   "report": result.report, "lookups": result.lookups, "job": result.job, "worker_vdev": result.worker_vdev, "profile": result.profile.board, "lines": lines(result, check=args.check)},
                   sys.stdout, default=str)
         sys.stdout.write("\n")
     else:

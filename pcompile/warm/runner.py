@@ -40,6 +40,7 @@ class WarmOptions:
     shared_dir: str | None = None
     timeout: float | None = None
     keep_workdir: bool = False
+    command: str = ""  # what the user typed, shown by `pcompile report --list` and `stats`
 
 
 @dataclass
@@ -294,7 +295,7 @@ def _run_rank(opts: WarmOptions, settings: Settings, profile: DeviceProfile, lib
         env.update(cache_env(settings))
         env["PCOMPILE_WARMING"] = "1"
         env["PCOMPILE_JOB_ID"] = job  # one event log for the warm: its summary counts look-ups from it
-        env["PCOMPILE_JOB_SCRIPT"] = f"pcompile warm {opts.script}"
+        env["PCOMPILE_JOB_SCRIPT"] = opts.command or f"pcompile warm {opts.script}"
         env["PCOMPILE_WARM_PROGRESS"] = str(workdir / "progress")
         if opts.world_size:
             from pcompile.warm.fakepg import env_for
