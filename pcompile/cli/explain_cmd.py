@@ -8,7 +8,7 @@ from pathlib import Path
 from pcompile.cli.common import add_common, emit, open_store
 from pcompile.errors import PcompileError
 from pcompile.keys.explain import diff_inputs
-from pcompile.keys.key import Key, KeyInputs
+from pcompile.keys.key import LAYERS, Key, KeyInputs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,13 +35,13 @@ def _inputs(store, ref: str) -> KeyInputs:
     raise PcompileError(f"key {key} is in no tier of this cache: pass --cache-dir/--shared-dir of a cache that holds it")
 
 
-def _key_of_name(cache_dir: Path, name: str, job: str | None) -> str:
+def _key_of_name(cache_dir: Path, name: str, job: str | None) -> str | None:
     """The store key behind a graph or kernel name that `pcompile report` printed: a kernel's own
     look-up, or the AOTAutograd (else FX graph) look-up made inside that graph's compile."""
     from pcompile.events import analysis, reader
     from pcompile.events._sink import events_dir
 
-    logs = [reader.find_job(events_dir(cache_dir), job)] if job else reader.list_jobs(events_dir(cache_dir))
+    logs = [reader.find_job(events_dir(cache_dir), job)] if job else reader.list_jobs(events_dir(cache_dir))[:20]
     for log in logs:
         events, _bad = reader.load(log.path)
         named = [e for e in events if name in (analysis.display_name(e), e.get("name"), e.get("kernel"))]
@@ -54,20 +54,18 @@ def _key_of_name(cache_dir: Path, name: str, job: str | None) -> str:
             for e in inside:
                 if e.get("layer") == layer and e.get("key"):
                     return str(e["key"])
-    raise PcompileError(f"{name!r} is not a key (LAYER-HEX32), a manifest, or a graph or kernel name in "
-                        f"{'job ' + job if job else 'any job log'} of {cache_dir}: copy one from `pcompile report` "
-                        "(its graph and kernel tables) or `pcompile report --json`")
+    return None
 
 
 def _ref(args: argparse.Namespace, ref: str) -> str:
     if ref.endswith(".json") and Path(ref).is_file():
         return ref
-    try:
+    if ref.split("-", 1)[0] in LAYERS:  # meant as a key: a malformed one gets the key's own error
         return str(Key.parse(ref))
-    except PcompileError:
-        from pcompile.cli.common import settings_from
+    from pcompile.cli.common import settings_from
 
-        return _key_of_name(settings_from(args).cache_dir, ref, args.job)
+    found = _key_of_name(settings_from(args).cache_dir, ref, args.job)
+    return found if found is not None else str(Key.parse(ref))  # not a name either: the key's error
 
 
 def run(args: argparse.Namespace) -> int:

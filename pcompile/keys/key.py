@@ -44,7 +44,7 @@ class Key:
             shown = repr(text)[:80]
             raise BadKeyError(
                 f"malformed key {shown}: expected LAYER-HEX32 with LAYER one of {', '.join(LAYERS)} "
-                "(copy one from `pcompile report`'s kernel table or `pcompile report --json`, or a manifest)"
+                "(copy one from `pcompile report`'s kernel table or `--json`; `explain` also takes the graph and kernel names it prints)"
             )
         layer, digest = text.split("-", 1)
         return Key(layer, digest)
