@@ -145,15 +145,7 @@ class DirectoryTier(Tier):
 
     def usage(self) -> tuple[int, int]:
         entries = sum(1 for _ in self.keys())
-        total = 0
-        for base in (self.blobs, self.manifests):
-            for dirpath, _dirs, files in os.walk(base):
-                for name in files:
-                    try:
-                        total += os.lstat(os.path.join(dirpath, name)).st_size
-                    except OSError:
-                        pass
-        return entries, total
+        return entries, fsio.du(self.blobs) + fsio.du(self.manifests)
 
     # -- pins ----------------------------------------------------------------------------
     def pin(self, key: Key) -> None:

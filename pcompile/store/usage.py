@@ -20,16 +20,7 @@ PARTS = (("Inductor/Triton working files", "inductor"), ("warm runs' redirected 
          ("event logs", "events"))
 
 
-def du(path: Path) -> int:
-    """Bytes of the regular files under `path` (links not followed)."""
-    total = 0
-    for dirpath, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(dirpath, name)).st_size
-            except OSError:
-                pass
-    return total
+du = fsio.du
 
 
 def store_parts(tier: DirectoryTier) -> dict[str, int]:
