@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pcompile.events.analysis import Analysis
+from pcompile.events.analysis import Analysis, display_name
+
+_NAMED = ("graph_compile", "kernel_compile")
 
 _SKIP = {"v", "ts", "dur", "start", "end", "idx", "lane", "row", "kind", "pid", "tid", "host"}
 
@@ -32,7 +34,8 @@ def render(a: Analysis) -> dict[str, Any]:
         args["host"] = ev.get("host")
         if ev["idx"] in crit:
             args["critical_path"] = True
-        trace.append({"name": ev["kind"], "cat": "pcompile," + str(ev.get("outcome") or "none"), "ph": "X",
+        label = f"{ev['kind']} {display_name(ev)}".strip() if ev["kind"] in _NAMED else ev["kind"]
+        trace.append({"name": label, "cat": "pcompile," + str(ev.get("outcome") or "none"), "ph": "X",
                       "ts": round((a.t0 + ev["start"]) * 1e6, 1), "dur": round(ev["dur"] * 1e6, 1),
                       "pid": pids[group], "tid": tids[ev["lane"]], "args": args})
     cpid = len(pids) + 1  # the critical path as its own track, on top
