@@ -60,7 +60,7 @@ def render(a: Analysis, out: Path) -> Path:
         if i is None or ev["kind"] not in ("graph_compile", "kernel_compile") or ev["dur"] < span * 0.06:
             continue
         name = display_name(ev)
-        room = int(ev["dur"] / span * 14 * 110 / 6)  # characters that fit at ~6 px each
+        room = int(ev["dur"] / span * 14 * 110 * 0.8 / 6.5) - 1  # characters that fit: ~80% of the width is plot, ~6.5 px a character
         if room >= 6 and name:
             ax.text(ev["start"] + span * 0.003, len(rows) - 1 - i, name if len(name) <= room else name[: room - 1] + "…",
                     va="center", ha="left", fontsize=6.5, clip_on=True,
