@@ -62,7 +62,7 @@ def _compiler_id(cc: str) -> str:
 def source_key(cc: str | None = None, sanitize: str = "") -> str:
     """Hash of everything that changes the built bytes: sources, stub table, compiler, machine, sanitizer."""
     h = hashlib.sha256()
-    for path in (*SOURCES, HEADER, NVML_SOURCE, TABLE):
+    for path in (*SOURCES, HEADER, NVML_SOURCE, TABLE, Path(__file__)):  # this file: flags, stubs
         h.update(path.read_bytes())
     h.update(_compiler_id(cc or find_compiler()).encode())
     h.update(platform.machine().encode())
@@ -82,15 +82,18 @@ def stub_source(names: list[str], nvml: bool) -> str:
 
 
 def sanitizer_runtime(sanitize: str, cc: str | None = None) -> str:
-    """Path of the sanitizer's runtime library, which must come first in LD_PRELOAD."""
+    """LD_PRELOAD prefix a sanitized build needs: the sanitizer's runtime first, then libstdc++ (ASan
+    intercepts C++ throws only if libstdc++ is loaded when it starts; python does not link it)."""
     if not sanitize:
         return ""
-    lib = {"address": "libasan.so"}[sanitize]
-    out = subprocess.run([*(cc or find_compiler()).split(), f"-print-file-name={lib}"], capture_output=True, text=True)
-    path = out.stdout.strip()
-    if out.returncode != 0 or not os.path.isabs(path):
-        raise PcompileError(f"{cc or find_compiler()} has no {lib}; install the compiler's sanitizer runtime (e.g. libasan) or unset {ENV_SANITIZE}")
-    return path
+    paths = []
+    for lib in ({"address": "libasan.so"}[sanitize], "libstdc++.so.6"):
+        out = subprocess.run([*(cc or find_compiler()).split(), f"-print-file-name={lib}"], capture_output=True, text=True)
+        path = out.stdout.strip()
+        if out.returncode != 0 or not os.path.isabs(path):
+            raise PcompileError(f"{cc or find_compiler()} has no {lib}; install the compiler's sanitizer runtime (e.g. libasan) or unset {ENV_SANITIZE}")
+        paths.append(os.path.realpath(path))
+    return ":".join(paths)
 
 
 def library(force: bool = False, sanitize: str | None = None) -> Path:

@@ -192,7 +192,6 @@ static cudaError_t end_capture(void *s, void **graph) {
   cudaError_t r = VDEV_OK;
   if (v->capture == CAPTURE_NONE) {
     r = VDEV_CAPTURE_UNMATCHED;
-    *graph = NULL;
   } else {
     /* What the script captured ran on fakes and launched nothing this library could see; a GPU's
      * graph of the same region is not empty, so never report it empty (torch warns on that). */
