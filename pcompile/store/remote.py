@@ -1,7 +1,7 @@
 """The remote tier (Redis, S3): a guarded wrapper that makes a flaky network safe for a job.
 
-A backend (redis_tier.RedisTier, s3_tier.S3Tier) implements only the byte primitives and sends
-every network round trip through `self.io(fn, *args)`. `RemoteTier` wraps it and adds, once for
+A backend (backend.py: redis_backend.RedisBackend, s3_backend.S3Backend) implements only the
+byte primitives and sends every network round trip through `self.io(fn, *args)`. `RemoteTier` wraps it and adds, once for
 every backend:
 
 * deadlines: each round trip runs on a worker thread and is abandoned after the timeout
@@ -29,15 +29,14 @@ import logging
 import os
 import threading
 import time
-import urllib.parse
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from pcompile.config import Settings
 from pcompile.errors import CorruptEntryError, PcompileError
 from pcompile.keys.key import Key
-from pcompile.store import fsio
 from pcompile.store.background import BackgroundWriter, DeadlineExceeded, DeadlineRunner, at_exit, set_exit_flush_seconds
+from pcompile.store.backend import RemoteBackend, RemoteUnavailable, open_backend
+from pcompile.store.breaker import CircuitBreaker
 from pcompile.store.entry import Entry, Manifest
 from pcompile.store.tier import Tier, TrustCheck
 
@@ -107,121 +106,6 @@ class RemoteOptions:
         clearer error; the deadline also catches a server that trickles bytes. A round trip
         that moves a chunk gets the time that chunk takes at `min_rate` on top."""
         return self.timeout * 1.25 + 0.1 + nbytes / self.min_rate
-
-
-class RemoteUnavailable(PcompileError):
-    """The remote did not answer (or is being skipped). Reads treat it as a miss."""
-
-    def __init__(self, message: str, *, skipped: bool = False) -> None:
-        super().__init__(message)
-        self.skipped = skipped
-
-
-class RemoteBackend(Tier):
-    """A remote store's byte primitives. Every network round trip goes through `self.io`.
-
-    `io(fn, *args, nbytes=N)` is replaced by RemoteTier with a deadline- and breaker-guarded
-    runner; each call should move at most one chunk (a few MiB; N is an upper bound of what it
-    moves) so that a per-call deadline is meaningful for big blobs.
-    Backends return None/False for "not there" and raise for anything else.
-    """
-
-    kind = "remote"
-    #: the label in `pcompile stats`
-    name = "remote"
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.io: Callable[..., Any] = lambda fn, *args, nbytes=0: fn(*args)
-
-    def location(self) -> str:
-        """Where this tier points, with credentials removed (safe to log)."""
-        return self.name
-
-    def is_timeout(self, exc: BaseException) -> bool:
-        return isinstance(exc, TimeoutError)
-
-    def sample_keys(self, n: int) -> list[Key]:
-        """Up to n manifest keys, spread over the keyspace when the backend can do it cheaply."""
-        out: list[Key] = []
-        for key in self.keys():
-            out.append(key)
-            if len(out) >= n:
-                break
-        return out
-
-
-class CircuitBreaker:
-    """Closed → open after K failures (a timeout counts K) → half-open after T s → one probe.
-
-    `shared` is a file on the node-local disk holding the wall-clock time the breaker is open
-    until, so ranks on one node stop asking a dead remote as soon as one of them found out.
-    """
-
-    def __init__(self, failures: int, seconds: float, shared: Path | None = None, tmp: Path | None = None) -> None:
-        self.failures = max(1, failures)
-        self.seconds = seconds
-        self.shared = shared
-        self.tmp = tmp
-        self._lock = threading.Lock()
-        self._consecutive = 0
-        self._open_until = 0.0  # monotonic
-        self._half_open = False
-        self._checked_shared = -1.0
-        self.opened_by_peer = False
-
-    def allow(self) -> bool:
-        now = time.monotonic()
-        with self._lock:
-            if now < self._open_until:
-                return False
-            if self.shared is not None and now - self._checked_shared >= 0.25:
-                self._checked_shared = now
-                until = self._read_shared()
-                left = until - time.time()
-                if left > 0:
-                    self._open_until = now + left
-                    self._half_open = True
-                    self.opened_by_peer = True
-                    return False
-            return True
-
-    def success(self) -> None:
-        with self._lock:
-            self._consecutive = 0
-            self._half_open = False
-
-    def failure(self, timeout: bool) -> bool:
-        """Record a failure; True if this one opened the breaker."""
-        with self._lock:
-            self._consecutive += self.failures if timeout else 1
-            if not (self._half_open or self._consecutive >= self.failures):
-                return False
-            self._consecutive = 0
-            self._half_open = True
-            self._open_until = time.monotonic() + self.seconds
-        self._write_shared(time.time() + self.seconds)
-        return True
-
-    def is_open(self) -> bool:
-        return not self.allow()
-
-    def _read_shared(self) -> float:
-        assert self.shared is not None
-        raw = fsio.read_file(self.shared)
-        try:
-            return float(raw or b"0")
-        except ValueError:
-            return 0.0
-
-    def _write_shared(self, until: float) -> None:
-        if self.shared is None or self.tmp is None:
-            return
-        try:
-            self.tmp.mkdir(parents=True, exist_ok=True)
-            fsio.atomic_write(self.shared, f"{until:.3f}".encode(), self.tmp, replace=True)
-        except OSError:
-            pass  # best effort: each process still has its own breaker
 
 
 class RemoteTier(Tier):
@@ -551,34 +435,6 @@ class RemoteTier(Tier):
 
     def close(self) -> None:
         self.writer.close(self.options.flush_seconds)
-
-
-def redact(url: str) -> str:
-    """A URL without its password (for messages and logs)."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None and "@" not in parts.netloc:
-        return url
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    user = f"{parts.username}:***@" if parts.username else "***@"
-    return urllib.parse.urlunsplit((parts.scheme, user + host, parts.path, "", ""))
-
-
-def open_backend(url: str, options: RemoteOptions) -> RemoteBackend:
-    """The backend for a PCOMPILE_REMOTE URL; raises PcompileError for a URL it cannot use."""
-    scheme = urllib.parse.urlsplit(url).scheme.lower()
-    if scheme in ("redis", "rediss", "unix"):
-        from pcompile.store.redis_tier import RedisTier
-
-        return RedisTier.from_url(url, timeout=options.timeout)
-    if scheme == "s3":
-        from pcompile.store.s3_tier import S3Tier
-
-        return S3Tier.from_url(url, timeout=options.timeout)
-    raise PcompileError(
-        f"PCOMPILE_REMOTE={redact(url)!r} is not a remote this pcompile knows: use redis://HOST:PORT/DB, rediss://… or s3://BUCKET/PREFIX"
-    )
 
 
 def open_remote(settings: Settings) -> RemoteTier:
