@@ -11,9 +11,9 @@ every backend:
   cache dir tells the other ranks), then one probe decides;
 * one warning per process, after which the job carries on with its local tiers;
 * write-behind: `put` queues the entry (background.BackgroundWriter) and returns at once;
-* node-level single-flight for reads: one process per node fetches a missing entry into the
-  node-local tier under a lease (<cache_dir>/store/leases/remote-<key>.lease); the others wait
-  for it there instead of all asking the remote;
+* node-level single-flight for reads, declared (`capabilities.node_fetch_wait`) and run by the
+  store for every slow tier: one process per node fetches a missing entry into the node-local
+  tier under a lease; the others wait for it there instead of all asking the remote;
 * a short negative cache, so polling for a key another rank is compiling does not hammer the
   remote with GETs for a manifest that is not there yet;
 * read-only discipline: with PCOMPILE_READ_ONLY=1, or when signatures are checked but this
@@ -38,11 +38,9 @@ from pcompile.store.background import BackgroundWriter, DeadlineExceeded, Deadli
 from pcompile.store.backend import RemoteBackend, RemoteUnavailable, open_backend
 from pcompile.store.breaker import CircuitBreaker
 from pcompile.store.entry import Entry, Manifest
-from pcompile.store.tier import Tier, TrustCheck
+from pcompile.store.tier import Capabilities, Tier, TrustCheck
 
 if TYPE_CHECKING:
-    from pcompile.store.fs_tier import DirectoryTier
-    from pcompile.store.lease import LeaseDir
     from pcompile.store.stats import Stats
     from pcompile.store.tiered import Store
 
@@ -134,9 +132,7 @@ class RemoteTier(Tier):
         self.stats: "Stats | None" = None
         self._warned = False
         self._misses: dict[str, float] = {}
-        self._landing: "DirectoryTier | None" = None
-        self._fetch_leases: "LeaseDir | None" = None
-        self._node_dir = node_dir
+        self.capabilities = Capabilities(node_fetch_wait=options.fetch_wait)
         self.writer = BackgroundWriter(
             self._write_now,
             max_entries=options.queue_entries,
@@ -149,34 +145,13 @@ class RemoteTier(Tier):
 
     # -- wiring ---------------------------------------------------------------------------
     def attach(self, store: "Store") -> None:
-        """Report into the store's stats and land fetched entries in its node-local tier."""
-        from pcompile.store.fs_tier import DirectoryTier
-
+        """Report into the store's stats (the store runs the node's single-flight fetch and
+        backfills what this tier returns into the node-local tier)."""
         self.stats = store.stats
-        if isinstance(store.local, DirectoryTier):
-            self._landing = store.local
         at_exit(store.stats.flush)  # writers flush after Stats' own atexit hook ran
 
-    def _landing_tier(self) -> "DirectoryTier | None":
-        if self._landing is None:
-            from pcompile.store.fs_tier import DirectoryTier
-
-            try:
-                self._landing = DirectoryTier(self._node_dir, "local")
-            except PcompileError:
-                return None
-        return self._landing
-
-    def _leases(self) -> "LeaseDir | None":
-        if self._fetch_leases is None:
-            from pcompile.store.lease import LeaseDir
-
-            landing = self._landing_tier()
-            if landing is None:
-                return None
-            timeout = max(5.0, 2 * self.options.timeout)
-            self._fetch_leases = LeaseDir(landing.leases, landing.tmp, timeout=timeout)
-        return self._fetch_leases
+    def location(self) -> str:
+        return self.backend.location()
 
     # -- trust: remember a signature failure so quarantine leaves the entry alone ---------
     @property  # type: ignore[override]
@@ -293,7 +268,8 @@ class RemoteTier(Tier):
     # -- reads ------------------------------------------------------------------------------
     def get(self, key: Key) -> Entry | None:
         """A verified entry or None. Never raises for remote trouble and never waits past the
-        deadline per round trip (or, for a peer's fetch, past that peer's progress)."""
+        deadline per round trip. One process per node asks (Store's node fetch, declared by
+        `capabilities.node_fetch_wait`); a miss is remembered for `miss_ttl` seconds."""
         if not self.breaker.allow():
             self._warn_if_peer_opened()
             self._count(skipped=1)
@@ -305,84 +281,17 @@ class RemoteTier(Tier):
                 self._count(cached_misses=1)
                 return None
             self._misses.pop(name, None)
-        leases = self._leases()
-        if leases is None:
-            return self._fetch(key, land=False)
-        try:
-            lease = leases.try_acquire(f"remote-{name}")
-        except OSError:
-            return self._fetch(key, land=False)
-        if lease is not None:
-            return self._lead_fetch(key, lease)
-        return self._wait_for_peer(key, leases)
-
-    def _lead_fetch(self, key: Key, lease: Any) -> Entry | None:
-        try:
-            landing = self._landing_tier()
-            entry = landing.get(key) if landing is not None else None  # a peer landed it already
-            if entry is not None:
-                self._count(peer_fetches=1)
-                return entry
-            return self._fetch(key, land=True)
-        finally:
-            lease.release()
-
-    def _wait_for_peer(self, key: Key, leases: "LeaseDir") -> Entry | None:
-        """Another process on this node is fetching `key`: wait for it to land locally.
-
-        When its lease goes away without an entry landing, the peer missed (or the remote
-        failed): that is our answer too. A peer that died is detected by its stale lease, and
-        then this process takes over the fetch.
-        """
-        landing = self._landing_tier()
-        assert landing is not None
-        name = f"remote-{key}"
-        limit = time.monotonic() + self.options.fetch_wait
-        delay = 0.005
-        self._count(fetch_waits=1)
-        while True:
-            entry = landing.get(key)
-            if entry is not None:
-                self._count(peer_fetches=1)
-                return entry
-            if not leases.exists(name):
-                entry = landing.get(key)
-                if entry is None:
-                    self._misses[str(key)] = time.monotonic()
-                    return None
-                self._count(peer_fetches=1)
-                return entry
-            try:
-                lease = leases.try_acquire(name)  # succeeds only if the holder went silent
-            except OSError:
-                lease = None
-            if lease is not None:
-                return self._lead_fetch(key, lease)
-            if time.monotonic() > limit:
-                self._count(fetch_wait_timeouts=1)
-                return None
-            time.sleep(delay)
-            delay = min(delay * 1.5, 0.1)
-
-    def _fetch(self, key: Key, *, land: bool) -> Entry | None:
         self._untrusted.flag = False
         try:
             entry = Tier.get(self, key)
         except RemoteUnavailable:
             entry = None
         if entry is None:
-            self._misses[str(key)] = time.monotonic()
+            self._misses[name] = time.monotonic()
             if len(self._misses) > 100_000:
                 self._misses.clear()
             return None
         self._count(fetches=1)
-        if land:
-            landing = self._landing_tier()
-            if landing is not None:
-                try:
-                    landing.put(entry)
-                except OSError:
-                    pass  # the caller still gets its entry; peers will wait it out and miss
         return entry
 
     def quarantine(self, key: Key, reason: str, bad_blob: str | None = None) -> None:
