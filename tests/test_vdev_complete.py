@@ -157,7 +157,7 @@ def test_c_paths_are_memory_safe_under_asan(asan_lib, tmp_path):
 
 TORCH_PATHS = r"""
 import copy, json, torch, torch.nn as nn
-from pcompile.inductor.compat import warm_fakes, warm_storage
+from pcompile.compat import warm_fakes, warm_storage
 out = {}
 # real allocations through the caching allocator with expandable segments (set in the environment)
 xs = [torch.empty(n, device='cuda', dtype=torch.uint8) for n in (1 << 10, 3 << 20, 1 << 22, 513)]
