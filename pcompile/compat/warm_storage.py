@@ -45,6 +45,7 @@ ALIGN = 512
 _route: list[Callable[[Any], bool]] = []
 _lock = threading.Lock()
 _vdev_address: list[Any] = []
+_next = [1 << 46]  # without the device: a bump counter from 64 TiB up
 
 
 def check() -> list[str]:
@@ -72,13 +73,10 @@ def _new_address(nbytes: int) -> int:
         addr = int(fn(size))
         if addr:
             return addr
-    with _lock:  # no device (unit tests): a bump counter from 64 TiB up, never reused
+    with _lock:  # never reused
         start = _next[0]
         _next[0] += size
         return start
-
-
-_next = [1 << 46]
 
 
 def storage_address(storage: Any) -> int:
