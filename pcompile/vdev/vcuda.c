@@ -10,6 +10,11 @@
  *
  * No CUDA header is needed: the few types and enum values used are declared below (CUDA 13 ABI).
  *
+ * This file holds the device, memory table, modules and launches; vstream.c streams, events, capture
+ * and graphs; vvmm.c VMM, pools and synthetic addresses (shared declarations: vdev.h). build.py adds a
+ * weak, counted NOT_SUPPORTED stub for every other name in entry_points.txt, the list of what the
+ * installed torch/triton/NCCL/cuDNN/cuBLAS can ask for, and cuGetProcAddress resolves to them.
+ *
  * Environment:
  *   PCOMPILE_VDEV_PROFILE  flat profile file written by pcompile (required)
  *   PCOMPILE_VDEV_DEVICES  how many devices to expose (default 1, at most MAX_DEVICES); all share the
