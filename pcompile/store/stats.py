@@ -31,7 +31,7 @@ def _zero() -> dict[str, Any]:
         "write_errors": 0,
         "lease_waits": 0,
         "lease_wait_seconds": 0.0,
-        "layers": {layer: _hits.zero() for layer in _hits.LAYERS},
+        "layers": {layer: {"hits": 0, "misses": 0} for layer in _hits.LAYERS},  # untimed, inner: added when seen
         "tiers": {},
     }
 
@@ -71,7 +71,7 @@ class Stats:
     def lookup(self, layer: str, outcome: str) -> None:
         """Count one look-up of `layer` as hit, miss, untimed or inner (see store/hits.py)."""
         with self._lock:
-            counters = self.data["layers"].setdefault(layer, _hits.zero())
+            counters = self.data["layers"].setdefault(layer, {"hits": 0, "misses": 0})
             name = _hits.COUNTER[outcome]
             counters[name] = counters.get(name, 0) + 1
         self._changed()
