@@ -6,6 +6,7 @@ import warnings
 import pytest
 
 from pcompile.inductor import compat, gate
+from pcompile.settings import PRETEND_TORCH_VERSION, PRETEND_TRITON_VERSION
 
 
 def test_every_compat_module_works_on_this_torch() -> None:
@@ -13,8 +14,8 @@ def test_every_compat_module_works_on_this_torch() -> None:
 
 
 def test_installed_versions_are_inside_the_gate(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(gate.ENV_PRETEND_TORCH, raising=False)
-    monkeypatch.delenv(gate.ENV_PRETEND_TRITON, raising=False)
+    monkeypatch.delenv(PRETEND_TORCH_VERSION.name, raising=False)
+    monkeypatch.delenv(PRETEND_TRITON_VERSION.name, raising=False)
     assert gate.unsupported_reason() is None
 
 
@@ -23,13 +24,13 @@ def test_installed_versions_are_inside_the_gate(monkeypatch: pytest.MonkeyPatch)
     ("2.16.0a0", "3.9.0", False), ("2.12.0", "3.5.0", False), ("2.12.0", "3.10.0", False), ("garbage", "3.6.0", False),
 ])
 def test_gate_ranges(monkeypatch: pytest.MonkeyPatch, torch_v: str, triton_v: str, ok: bool) -> None:
-    monkeypatch.setenv(gate.ENV_PRETEND_TORCH, torch_v)
-    monkeypatch.setenv(gate.ENV_PRETEND_TRITON, triton_v)
+    monkeypatch.setenv(PRETEND_TORCH_VERSION.name, torch_v)
+    monkeypatch.setenv(PRETEND_TRITON_VERSION.name, triton_v)
     assert (gate.unsupported_reason() is None) is ok
 
 
 def test_refusal_warns_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(gate.ENV_PRETEND_TORCH, "3.0.0")
+    monkeypatch.setenv(PRETEND_TORCH_VERSION.name, "3.0.0")
     monkeypatch.setattr(gate, "_warned", set())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -2,21 +2,19 @@
 from __future__ import annotations
 
 import argparse
-import re
 
+from pcompile import settings
 from pcompile.cli.common import add_common, emit, open_store
 from pcompile.errors import PcompileError
 from pcompile.store.fs_tier import DirectoryTier
 from pcompile.store.gc import collect_garbage
 
-_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
-
-
 def parse_size(text: str) -> int:
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", text.lower())
-    if not match:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size: use bytes or e.g. 500M, 20G")
-    return int(float(match.group(1)) * _UNITS[match.group(2)])
+    """--max-bytes: the same parser as PCOMPILE_MAX_BYTES (pcompile/settings.py)."""
+    try:
+        return settings.parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _days(text: str) -> float:
@@ -32,8 +30,8 @@ def _days(text: str) -> float:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("gc", help="evict least-recently-used entries down to a budget; pinned entries stay")
     add_common(p)
-    p.add_argument("--max-bytes", type=parse_size, default=None, help="size budget (default PCOMPILE_MAX_BYTES or 10G)")
-    p.add_argument("--max-entries", type=int, default=None, help="entry budget (default PCOMPILE_MAX_ENTRIES)")
+    p.add_argument("--max-bytes", type=parse_size, default=None, help=f"size budget, like 20G (default {settings.MAX_BYTES.name} or {settings.MAX_BYTES.show_default()})")
+    p.add_argument("--max-entries", type=int, default=None, help=f"entry budget (default {settings.MAX_ENTRIES.name} or {settings.MAX_ENTRIES.show_default()})")
     p.add_argument("--max-age", type=_days, default=None, help="also drop entries not used for DAYS")
     p.add_argument("--shared", action="store_true", help="also collect the shared tier (run from one node only)")
     p.set_defaults(func=run)

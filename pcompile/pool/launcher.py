@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from pcompile.pool import protocol
+from pcompile.settings import VDEV_PREFIX, WARMING
 from pcompile.pool.errors import PoolUnavailable
 from pcompile.pool.paths import PoolPaths
 
@@ -132,7 +133,7 @@ def daemon_env(base: Mapping[str, str]) -> dict[str, str]:
         if env.get("TRITON_LIBCUDA_PATH") in {str(Path(p).parent) for p in dropped}:
             env.pop("TRITON_LIBCUDA_PATH")
     for name in list(env):
-        if name.startswith("PCOMPILE_VDEV_") or name == "PCOMPILE_WARMING":
+        if name.startswith(VDEV_PREFIX) or name == WARMING.name:
             env.pop(name)
     return env
 

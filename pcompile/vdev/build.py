@@ -14,19 +14,20 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from pcompile import settings
 from pcompile.errors import PcompileError
 
 SOURCE = Path(__file__).with_name("vcuda.c")
 LIB_NAME = "libcuda.so.1"
 NVML_SOURCE = Path(__file__).with_name("vnvml.c")
 NVML_NAME = "libnvidia-ml.so.1"
-ENV_BUILD_DIR = "PCOMPILE_VDEV_DIR"
 
 
 def build_root() -> Path:
     """Per-user build dir: $PCOMPILE_VDEV_DIR, else $XDG_CACHE_HOME/pcompile-vdev."""
-    if os.environ.get(ENV_BUILD_DIR):
-        return Path(os.environ[ENV_BUILD_DIR]).expanduser()
+    chosen = settings.VDEV_DIR.get()
+    if chosen:
+        return Path(chosen)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "pcompile-vdev"
 

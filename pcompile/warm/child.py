@@ -17,6 +17,8 @@ import traceback
 from pathlib import Path
 from typing import Any, Iterator
 
+from pcompile import settings
+
 EXIT_OK = 0
 EXIT_SCRIPT_ERROR = 3
 EXIT_UNSUPPORTED = 4
@@ -74,7 +76,7 @@ def _install_pcompile_backend() -> str:
         return "not available (stock Inductor caches only)"
     import pcompile
 
-    if os.environ.get("PCOMPILE_DISABLE") == "1":
+    if settings.DISABLE.get():
         return "disabled by PCOMPILE_DISABLE=1; stock Inductor caches only"
     try:
         ok = pcompile.install()
@@ -185,8 +187,8 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
     timings.keep_tuned_graphs_unpublished(on_unpublished)
     runtime.during_inductor_compile(strict.enter, strict.leave)
     runtime.normalize_graphs_before_inductor(normalize_placeholder_types)
-    if os.environ.get("PCOMPILE_AOT_KEY_DUMP"):
-        runtime.dump_aot_keys(os.environ["PCOMPILE_AOT_KEY_DUMP"])
+    if settings.AOT_KEY_DUMP.get():
+        runtime.dump_aot_keys(settings.AOT_KEY_DUMP.get())
     mode = fakes.new_fake_mode(reads.record)
     fakes.fake_scalar_reads(lambda t: getattr(t, "fake_mode", None) is mode, reads.read_fake)
     if spec.get("world_size"):
@@ -201,7 +203,7 @@ def _protect_user_files(spec: dict[str, Any], mode: Any) -> Any:
     from pcompile.warm import writes
     from pcompile.inductor.compat.warm_fakes import is_fake
 
-    keep = [p for p in (os.environ.get("PCOMPILE_CACHE_DIR"), os.environ.get("PCOMPILE_SHARED_DIR"),
+    keep = [p for p in (settings.CACHE_DIR.raw(), settings.SHARED_DIR.raw(),
                         os.environ.get("TORCHINDUCTOR_CACHE_DIR"), os.environ.get("TRITON_CACHE_DIR")) if p]
     keep.append(os.path.dirname(spec["report"]))  # the warm's own work dir
     user = [os.getcwd(), str(Path(spec["script"]).resolve().parent)]
@@ -281,7 +283,7 @@ def run(spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     report["caches_switched_on"] = compat.enable_graph_caches()
     mode = _adjust_torch(spec, report, strict)
 
-    progress_file = os.environ.get("PCOMPILE_WARM_PROGRESS")
+    progress_file = settings.WARM_PROGRESS.get()
 
     def on_step(k: int, elapsed: float) -> None:
         if progress_file:

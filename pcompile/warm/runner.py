@@ -8,7 +8,6 @@ with the same pcompile settings, looks its graphs and kernels up exactly there.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from typing import Any
 
 from pcompile.config import Settings
 from pcompile.errors import PcompileError
+from pcompile.settings import WARM_PROGRESS, WARMING
 from pcompile.vdev import build, preload
 from pcompile.vdev.profile import DeviceProfile, resolve
 
@@ -234,11 +234,10 @@ def _run_rank(opts: WarmOptions, settings: Settings, profile: DeviceProfile, lib
     workdir = Path(tempfile.mkdtemp(prefix="pcompile-warm-"))
     try:
         # as many virtual devices as the job has local ranks: set_device(LOCAL_RANK) must work
-        base = dict(os.environ, PCOMPILE_VDEV_DEVICES=str(max(1, opts.world_size)))
-        env = preload.child_env(lib, profile, workdir, opts.strict, base=base)
+        env = preload.child_env(lib, profile, workdir, opts.strict, devices=max(1, opts.world_size))
         env.update(cache_env(settings))
-        env["PCOMPILE_WARMING"] = "1"
-        env["PCOMPILE_WARM_PROGRESS"] = str(workdir / "progress")
+        env[WARMING.name] = "1"
+        env[WARM_PROGRESS.name] = str(workdir / "progress")
         if opts.world_size:
             from pcompile.warm.fakepg import env_for
 
