@@ -233,9 +233,6 @@ class Var:
         raw = (os.environ if environ is None else environ).get(self.name)
         return raw if raw else None
 
-    def is_set(self, environ: Mapping[str, str] | None = None) -> bool:
-        return self.raw(environ) is not None
-
     def get(self, environ: Mapping[str, str] | None = None) -> Any:
         """The parsed value; the default when unset, empty or unusable (after one line on stderr)."""
         raw = self.raw(environ)
@@ -289,7 +286,8 @@ def _warn(var: Var, raw: str, reason: str) -> None:
 
 
 def reload() -> None:
-    """Forget parsed values and warnings (tests that want a warning again)."""
+    """Forget parsed values and this process's warnings (tests). A warning already exported in
+    PCOMPILE_SETTINGS_WARNED stays silent, as it does in a child process."""
     with _lock:
         _cache.clear()
         _warned.clear()
@@ -297,12 +295,6 @@ def reload() -> None:
 
 def public() -> Iterator[Var]:
     return (v for v in REGISTRY.values() if not v.internal)
-
-
-def env_bool(name: str, environ: Mapping[str, str] | None = None) -> bool | None:
-    """An on/off variable outside the registry (tests): True/False, None when unset or unknown."""
-    raw = (os.environ if environ is None else environ).get(name, "").strip().lower()
-    return True if raw in _ON else False if raw in _OFF else None
 
 
 _GiB = 1024**3
@@ -313,8 +305,9 @@ CACHE_DIR = _declare("PCOMPILE_CACHE_DIR", FilePath(), "~/.cache/pcompile",
                      "node-local tier, Inductor/Triton working dirs, pool socket, stats, event logs")
 SHARED_DIR = _declare("PCOMPILE_SHARED_DIR", FilePath(), None, "shared-filesystem tier (NFS/Lustre)")
 REMOTE = _declare("PCOMPILE_REMOTE", Text(), None,
-                  "`redis://HOST:PORT/DB` or `s3://BUCKET/PREFIX` (more in [`cache/README.md`](cache/README.md))")
-READ_ONLY = _declare("PCOMPILE_READ_ONLY", Bool(), False, "`1`: never write shared or remote tiers")
+                  "`redis://[USER:PASS@]HOST:PORT/DB[?prefix=NAME:]`, `rediss://…` (TLS) or `s3://BUCKET/PREFIX` "
+                  "(operator notes in [`cache/README.md`](cache/README.md))")
+READ_ONLY = _declare("PCOMPILE_READ_ONLY", Bool(), False, "`1`: never write or delete anything in shared or remote tiers")
 MAX_BYTES = _declare("PCOMPILE_MAX_BYTES", Size(minimum=0), 10 * _GiB,
                      "node-local size budget (like `20G`), kept by a background LRU GC")
 MAX_ENTRIES = _declare("PCOMPILE_MAX_ENTRIES", Int(minimum=0), 200_000, "node-local entry budget, kept by the same GC")
@@ -387,36 +380,36 @@ PROGRESS = _declare("PCOMPILE_PROGRESS", Choice(("auto", "plain", "bar", "off"),
 
 # -- remote tier (cache/README.md has the operator notes) --
 REMOTE_TIMEOUT = _declare("PCOMPILE_REMOTE_TIMEOUT", Duration(minimum=0.01), 2.0,
-                          "per network round trip, and the longest a job may be stalled by the remote")
+                          "per remote round trip; the most a remote failure can stall a job")
 REMOTE_BREAKER_FAILURES = _declare("PCOMPILE_REMOTE_BREAKER_FAILURES", Int(minimum=1), 3,
-                                   "consecutive failures that open the circuit breaker")
+                                   "consecutive failures that open the circuit breaker (a timeout counts as all of them)")
 REMOTE_BREAKER_SECONDS = _declare("PCOMPILE_REMOTE_BREAKER_SECONDS", Duration(minimum=0), 60.0,
-                                  "how long the remote is skipped once the breaker is open")
-REMOTE_QUEUE = _declare("PCOMPILE_REMOTE_QUEUE", Int(minimum=1), 256, "background writes queued at most (entries)")
-REMOTE_QUEUE_BYTES = _declare("PCOMPILE_REMOTE_QUEUE_BYTES", Size(minimum=1), _GiB, "background writes queued at most (bytes)")
+                                  "how long the remote is skipped (node-wide) once the breaker is open")
+REMOTE_QUEUE = _declare("PCOMPILE_REMOTE_QUEUE", Int(minimum=1), 256, "write-behind queue bound (entries); beyond it writes are dropped (counted)")
+REMOTE_QUEUE_BYTES = _declare("PCOMPILE_REMOTE_QUEUE_BYTES", Size(minimum=1), _GiB, "write-behind queue bound (bytes)")
 REMOTE_FLUSH_TIMEOUT = _declare("PCOMPILE_REMOTE_FLUSH_TIMEOUT", Duration(minimum=0), 10.0,
-                                "how long exit waits for queued remote writes")
-REMOTE_MISS_TTL = _declare("PCOMPILE_REMOTE_MISS_TTL", Duration(minimum=0), 5.0, "how long a remote miss is remembered")
+                                "how long process exit waits for queued remote writes")
+REMOTE_MISS_TTL = _declare("PCOMPILE_REMOTE_MISS_TTL", Duration(minimum=0), 5.0, "how long a remote miss is remembered per process")
 REMOTE_FETCH_WAIT = _declare("PCOMPILE_REMOTE_FETCH_WAIT", Duration(minimum=0), 120.0,
-                             "longest a rank waits for a peer's fetch of the same entry")
+                             "longest a rank waits for another rank of its node to fetch an entry")
 REMOTE_MIN_RATE = _declare("PCOMPILE_REMOTE_MIN_RATE", Size(minimum=1024), 4 * _MiB,
-                           "bytes per second a chunk transfer may not fall below")
+                           "per second: a chunk transfer slower than this counts as a failure")
 REDIS_USERNAME = _declare("PCOMPILE_REDIS_USERNAME", Text(), None, "Redis user when the URL names none")
 REDIS_PASSWORD = _declare("PCOMPILE_REDIS_PASSWORD", Text(), None, "Redis password when the URL has none")
 REDIS_PASSWORD_FILE = _declare("PCOMPILE_REDIS_PASSWORD_FILE", FilePath(), None, "file holding the Redis password")
 REDIS_CHUNK_BYTES = _declare("PCOMPILE_REDIS_CHUNK_BYTES", Size(minimum=1), 4 * _MiB,
                              "Redis blobs above this are stored in chunks")
-S3_ENDPOINT_URL = _declare("PCOMPILE_S3_ENDPOINT_URL", Text(), None, "S3 endpoint (MinIO/Ceph); path-style addressing then")
+S3_ENDPOINT_URL = _declare("PCOMPILE_S3_ENDPOINT_URL", Text(), None, "S3-compatible endpoint (MinIO, Ceph, moto); path-style addressing then")
 S3_REGION = _declare("PCOMPILE_S3_REGION", Text(), None, "S3 region", default_text="AWS_REGION / AWS_DEFAULT_REGION")
 S3_REFRESH_DAYS = _declare("PCOMPILE_S3_REFRESH_DAYS", Float(minimum=0), 7.0,
-                           "an S3 blob older than this many days is rewritten (lifecycle rules expire by age)")
+                           "re-upload S3 blobs older than this many days (restarts their lifecycle clock)")
 
 # -- trust (signing keys; `pcompile keygen`) --
-HMAC_KEY = _declare("PCOMPILE_HMAC_KEY", Text(), None, "shared HMAC key (≥ 16 bytes) that signs and checks manifests")
+HMAC_KEY = _declare("PCOMPILE_HMAC_KEY", Text(), None, "shared signing key (≥ 16 bytes): everyone who holds it signs and verifies")
 HMAC_KEY_FILE = _declare("PCOMPILE_HMAC_KEY_FILE", FilePath(), None, "file holding the HMAC key")
-SIGNING_KEY_FILE = _declare("PCOMPILE_SIGNING_KEY_FILE", FilePath(), None, "ed25519 private key of writers (PEM/OpenSSH)")
+SIGNING_KEY_FILE = _declare("PCOMPILE_SIGNING_KEY_FILE", FilePath(), None, "ed25519 private key (PEM/OpenSSH): this process signs what it publishes")
 VERIFY_KEY_FILE = _declare("PCOMPILE_VERIFY_KEY_FILE", Text(), None,
-                           "ed25519 public key files of readers, separated by `:`")
+                           "ed25519 public key files, `:`-separated: the accepted signers")
 
 # -- virtual device (pcompile warm) --
 VDEV_DIR = _declare("PCOMPILE_VDEV_DIR", FilePath(), None, "where the virtual CUDA device library is built",
