@@ -6,7 +6,7 @@ import inspect
 
 import pytest
 
-from pcompile.inductor.compat import lazy_backward as compat
+from pcompile.compat import lazy_backward as compat
 from pcompile.settings import EAGER_BACKWARD
 
 

@@ -27,7 +27,7 @@ from typing import Any, Iterator
 from pcompile.inductor import flight
 from pcompile.settings import AUTOTUNE
 from pcompile.thread_flags import raised
-from pcompile.inductor.compat import remote_cache as compat
+from pcompile.compat import remote_cache as compat
 
 #: layer the factory serves -> (fingerprint kind, single flight?)
 _LAYERS: dict[str, tuple[str, bool]] = {
@@ -113,7 +113,7 @@ def install() -> list[str]:
         compat.set_backend(layer, backend_class(layer))
         installed.append(layer)
     # Autotune keys are computed where kernels are imported, compile workers included (which
-    # call this through pool/prewarm.py): all must hash them as for cuda:0 (device_index.py).
+    # call this through inductor/worker_prewarm.py): all must hash them as for cuda:0 (device_index.py).
     from pcompile.inductor import device_index
 
     device_index.install_autotune_key()

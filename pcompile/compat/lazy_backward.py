@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator
 
-from pcompile.inductor.compat import require_attr
+from pcompile.compat import require_attr
 from pcompile.settings import EAGER_BACKWARD
 
 #: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
