@@ -61,52 +61,59 @@ class Bool(Kind):
         return "1" if value else "0"
 
 
-def _bounded(kind: "Int | Float | Size | Duration", value: Any) -> Any:
-    if kind.minimum is not None and value < kind.minimum:
-        raise ValueError(f"is below the minimum {kind.show(kind.minimum)}")
-    if kind.maximum is not None and value > kind.maximum:
-        raise ValueError(f"is above the maximum {kind.show(kind.maximum)}")
-    return value
-
-
-def _number(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(text)
-    return value
-
-
 @dataclasses.dataclass(frozen=True)
-class Int(Kind):
-    what: ClassVar[str] = "an integer"
-    minimum: int | None = None
-    maximum: int | None = None
+class Bounded(Kind):
+    """A numeric kind with optional bounds; `_value` turns text into a number or raises."""
 
-    def parse(self, raw: str) -> int:
-        try:
-            value = _number(raw.strip())
-        except ValueError:
-            raise ValueError(f"is not {self.what}") from None
-        if value != int(value):
-            raise ValueError(f"is not {self.what}")
-        return _bounded(self, int(value))
-
-
-@dataclasses.dataclass(frozen=True)
-class Float(Kind):
-    what: ClassVar[str] = "a number"
     minimum: float | None = None
     maximum: float | None = None
 
-    def parse(self, raw: str) -> float:
+    def parse(self, raw: str) -> Any:
+        value = self._value(raw)
+        if self.minimum is not None and value < self.minimum:
+            raise ValueError(f"is below the minimum {self.show(self.minimum)}")
+        if self.maximum is not None and value > self.maximum:
+            raise ValueError(f"is above the maximum {self.show(self.maximum)}")
+        return value
+
+    def _value(self, raw: str) -> Any:
+        raise NotImplementedError
+
+
+@dataclasses.dataclass(frozen=True)
+class Float(Bounded):
+    what: ClassVar[str] = "a number"
+
+    def _value(self, raw: str) -> float:
         try:
-            value = _number(raw.strip())
+            value = float(raw.strip())
         except ValueError:
-            raise ValueError(f"is not {self.what}") from None
-        return _bounded(self, value)
+            value = math.nan
+        if not math.isfinite(value) or not self._fits(value):
+            raise ValueError(f"is not {self.what}")
+        return value
+
+    def _fits(self, value: float) -> bool:
+        return True
 
     def show(self, value: Any) -> str:
         return f"{value:g}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Int(Float):
+    """Whole numbers; `1e6` is accepted, `1.5` is not."""
+
+    what: ClassVar[str] = "an integer"
+
+    def _value(self, raw: str) -> int:  # type: ignore[override]
+        return int(super()._value(raw))
+
+    def _fits(self, value: float) -> bool:
+        return value == int(value)
+
+    def show(self, value: Any) -> str:
+        return str(value)
 
 
 _SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4, "p": 1024**5}
@@ -133,17 +140,14 @@ def format_size(nbytes: float) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class Size(Kind):
+class Size(Bounded):
     what: ClassVar[str] = "a size (like 20G)"
-    minimum: int | None = None
-    maximum: int | None = None
 
-    def parse(self, raw: str) -> int:
+    def _value(self, raw: str) -> int:
         try:
-            value = parse_size(raw)
+            return parse_size(raw)
         except ValueError:
             raise ValueError(f"is not {self.what}") from None
-        return _bounded(self, value)
 
     def show(self, value: Any) -> str:
         return format_size(value)
@@ -154,18 +158,16 @@ _DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|min|m|h|d)?\s*")
 
 
 @dataclasses.dataclass(frozen=True)
-class Duration(Kind):
+class Duration(Bounded):
     """Seconds: `30`, `30s`, `500ms`, `2m`, `1h`, `1d`."""
 
     what: ClassVar[str] = "a duration (seconds, or like 30s, 2m, 1h)"
-    minimum: float | None = None
-    maximum: float | None = None
 
-    def parse(self, raw: str) -> float:
+    def _value(self, raw: str) -> float:
         match = _DURATION.fullmatch(raw.lower())
         if not match:
             raise ValueError(f"is not {self.what}")
-        return _bounded(self, float(match.group(1)) * _DURATION_UNITS[match.group(2) or ""])
+        return float(match.group(1)) * _DURATION_UNITS[match.group(2) or ""]
 
     def show(self, value: Any) -> str:
         return f"{value:g} s"

@@ -22,7 +22,7 @@ fn = torch.compile(model, backend="pcompile")
 fn(torch.randn(4, 8)).square().mean().backward()
 
 from pcompile.inductor import hooks, pool_install
-from pcompile.inductor.compat import lazy_backward
+from pcompile.compat import lazy_backward
 from pcompile.store.tiered import default_store
 
 used = default_store().settings

@@ -41,9 +41,9 @@ def test_refusal_warns_once(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_gate_check_raises_outside_the_ranges(monkeypatch: pytest.MonkeyPatch) -> None:
     """gate.check() follows the compat contract: None inside the ranges, CompatError naming the version outside."""
-    monkeypatch.delenv(gate.ENV_PRETEND_TORCH, raising=False)
-    monkeypatch.delenv(gate.ENV_PRETEND_TRITON, raising=False)
+    monkeypatch.delenv(PRETEND_TORCH_VERSION.name, raising=False)
+    monkeypatch.delenv(PRETEND_TRITON_VERSION.name, raising=False)
     gate.check()
-    monkeypatch.setenv(gate.ENV_PRETEND_TORCH, "3.0.0")
+    monkeypatch.setenv(PRETEND_TORCH_VERSION.name, "3.0.0")
     with pytest.raises(compat.CompatError, match="torch 3.0.0"):
         gate.check()
