@@ -433,6 +433,8 @@ VDEV_STATS = _declare("PCOMPILE_VDEV_STATS", FilePath(), None, "file the virtual
                       internal=True)
 VDEV_DEVICES = _declare("PCOMPILE_VDEV_DEVICES", Int(minimum=1, maximum=64), 1, "virtual devices the warm child sees",
                         internal=True)
+VDEV_SANITIZE = _declare("PCOMPILE_VDEV_SANITIZE", Choice(("none", "address")), "none",
+                         "`address`: build the virtual device with AddressSanitizer (its memory tests)", internal=True)
 #: every variable starting with this belongs to the warm child's virtual device
 VDEV_PREFIX = "PCOMPILE_VDEV_"
 #: every pcompile variable starts with this
