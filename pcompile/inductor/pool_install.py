@@ -58,6 +58,15 @@ def _env_float(name: str, default: float) -> float:
         return default
 
 
+def daemon_options() -> Any:
+    """How this process would start the node daemon (also used by `pcompile warm`, which starts
+    it before its sandboxed child can: a daemon must never live in the warm's file sandbox)."""
+    from pcompile.pool.launcher import DaemonOptions
+
+    return DaemonOptions(idle_exit=_env_float(ENV_IDLE_EXIT, DEFAULT_IDLE_EXIT), job_timeout=_env_float(ENV_JOB_TIMEOUT, 600.0),
+                         preload=WORKER_PRELOAD)
+
+
 def pool_kind(raw: str | None = None) -> tuple[str, str | None]:
     """('node'|'ray'|'local'|'off', ray address or None) from PCOMPILE_POOL."""
     raw = (os.environ.get(ENV_POOL, "") if raw is None else raw).strip()
@@ -137,12 +146,8 @@ class KernelRouter:
                 kind = self.kind = "node"
         if kind == "node":
             from pcompile.pool.client import NodePool
-            from pcompile.pool.launcher import DaemonOptions
 
-            options = DaemonOptions(
-                idle_exit=_env_float(ENV_IDLE_EXIT, DEFAULT_IDLE_EXIT), job_timeout=self.timeout, preload=WORKER_PRELOAD
-            )
-            return NodePool(self.settings.cache_dir, options, local_workers=_local_threads(), connect_now=self.eager)
+            return NodePool(self.settings.cache_dir, daemon_options(), local_workers=_local_threads(), connect_now=self.eager)
         return _LocalPool(_local_threads())
 
     @property
