@@ -120,6 +120,30 @@ def collect(iso: Isolation, report: dict[str, Any], workdir: Path, run_dir: Path
     report["sandbox"] = info
 
 
+def sweep_runs(cache_dir: Path, max_age_days: float) -> tuple[int, int]:
+    """`pcompile gc`: remove warm run dirs (the record of what warmed scripts wrote) older than
+    `max_age_days`; (runs removed, bytes freed)."""
+    import time
+
+    base = Path(cache_dir) / "warm-runs"
+    cutoff = time.time() - max_age_days * 86400
+    removed = freed = 0
+    if not base.is_dir():
+        return 0, 0
+    for run in sorted(base.iterdir()):
+        try:
+            if run.lstat().st_mtime > cutoff:
+                continue
+            size = sum(p.lstat().st_size for p in run.rglob("*") if not p.is_dir()) if os.access(run, os.R_OK) else 0
+        except OSError:
+            size = 0
+        remove_tree(run)
+        if not os.path.lexists(run):
+            removed += 1
+            freed += size
+    return removed, freed
+
+
 def remove_tree(path: Path) -> None:
     """rmtree that also removes what an overlay leaves: work dirs of mode 000 (made writable first)."""
     def fix(func: Any, p: str, exc: Any) -> None:
