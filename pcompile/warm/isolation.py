@@ -77,7 +77,10 @@ def keep_paths(env: dict[str, str], run_dir: Path, workdir: Path, cache_dir: Pat
     try:  # the pool's socket dir when the cache dir's path is too long for a socket
         from pcompile.pool.paths import PoolPaths
 
-        keep.append(str(PoolPaths.for_cache_dir(cache_dir).socket.parent))
+        paths = PoolPaths.for_cache_dir(cache_dir)
+        if paths.socket.parent != paths.dir:
+            paths.ensure()  # it must exist to be bound through
+            keep.append(str(paths.socket.parent))
     except Exception:
         pass
     return keep

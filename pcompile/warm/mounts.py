@@ -257,6 +257,8 @@ def written(run: Path, uppers: dict[str, str], limit: int = 50) -> tuple[list[st
             for name in files + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
                 full = os.path.join(root, name)
                 orig = os.path.join(path, os.path.relpath(full, upper))
+                if orig in uppers:
+                    continue  # link_record's own link to a nested mount's upper
                 try:
                     st = os.lstat(full)
                 except OSError:
