@@ -35,8 +35,9 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from pcompile.inductor import compat, flight
-from pcompile.inductor.gate import warn_once
+from pcompile import compat
+from pcompile.inductor import flight
+from pcompile.compat.gate import warn_once
 from pcompile.inductor.timing import emit, now, span
 
 ENV = "PCOMPILE_PROGRAMS"
@@ -87,7 +88,7 @@ def install() -> bool:
             warn_once("programs", f"pcompile: whole-program entries are off in this torch ({reason}); "
                       "restarts trace with Dynamo as usual, the other caches are on")
             return False
-        from pcompile.inductor.compat import dynamo_package
+        from pcompile.compat import dynamo_package
 
         dynamo_package.install(_Hooks())
         _state.installed = True
@@ -104,7 +105,7 @@ def _torch_root() -> str:
 
 def _describe_fn(fn: Any) -> tuple[int, str, dict[str, str]] | None:
     """(id of its code, readable name, identity fields) or None when it must not be stored."""
-    from pcompile.inductor.compat import dynamo_package
+    from pcompile.compat import dynamo_package
 
     fn = dynamo_package.innermost_fn(fn)
     code = getattr(fn, "__code__", None)
@@ -158,7 +159,7 @@ def _describe_backend(backend: Any) -> dict[str, Any]:
 
 
 def _configs() -> dict[str, str]:
-    from pcompile.inductor.compat import dynamo_package
+    from pcompile.compat import dynamo_package
 
     out = {}
     for name, values in dynamo_package.config_copies().items():
@@ -212,7 +213,7 @@ class _Hooks:
         return _install_ready(code_id, name, entry)
 
     def changed(self, package: Any) -> None:
-        from pcompile.inductor.compat import dynamo_package
+        from pcompile.compat import dynamo_package
 
         fn = dynamo_package.innermost(package)
         code_id = id(getattr(fn, "__code__", None))
@@ -235,14 +236,14 @@ class _Hooks:
         _save(code_id, package)
 
     def dispatch_state_for(self, package: Any) -> list[int] | None:
-        from pcompile.inductor.compat import dynamo_package
+        from pcompile.compat import dynamo_package
 
         code_id = id(getattr(dynamo_package.innermost(package), "__code__", None))
         with _lock:
             return _state.dispatch.get(code_id) if code_id in _state.loaded else None
 
     def install_failed(self, package: Any, reason: str) -> None:
-        from pcompile.inductor.compat import dynamo_package
+        from pcompile.compat import dynamo_package
 
         code_id = id(getattr(dynamo_package.innermost(package), "__code__", None))
         with _lock:
@@ -255,7 +256,7 @@ class _Hooks:
 
 def _install_ready(code_id: int, name: str, entry: Any) -> Any | None:
     """Unpickle a verified entry and check it the way torch would at install, without its traceback."""
-    from pcompile.inductor.compat import dynamo_package
+    from pcompile.compat import dynamo_package
 
     t0 = now()
     try:
@@ -302,7 +303,7 @@ def _refuse(name: str, why: str) -> None:
 
 
 def _save(code_id: int, package: Any) -> None:
-    from pcompile.inductor.compat import dynamo_package
+    from pcompile.compat import dynamo_package
 
     with _lock:
         if code_id in _state.unstorable:
@@ -386,7 +387,7 @@ def _flush_pending() -> None:
     if os.environ.get("PCOMPILE_PROGRAMS_DEBUG") == "1":
         import sys
 
-        from pcompile.inductor.compat import dynamo_package
+        from pcompile.compat import dynamo_package
 
         print(f"pcompile: programs {snapshot()} still pending {len(_state.pending)} bypassed {dynamo_package.bypassed} "
               f"missing backends {dynamo_package.missing_backends()}", file=sys.stderr)

@@ -72,34 +72,10 @@ class Store:
     # -- construction --------------------------------------------------------------------
     @staticmethod
     def open(settings: Settings | None = None, *, must_exist: bool = False, writable: bool = False) -> "Store":
-        settings = settings or Settings.from_env()
-        tiers: list[Tier] = [DirectoryTier(settings.cache_dir / "store", "local", create=not must_exist)]
-        if settings.shared_dir is not None:
-            try:
-                tiers.append(DirectoryTier(settings.shared_dir / "store", "shared", create=not must_exist and not settings.read_only))
-            except PcompileError as exc:
-                if must_exist or writable:
-                    raise  # a command aimed at the shared tier: say so and stop
-                from pcompile.logs import setup
+        """The store the settings describe (compose.open_store, the one composition root)."""
+        from pcompile.store.compose import open_store
 
-                setup()  # a job goes on without the shared tier, never without its node-local one
-                log.warning("shared tier unusable (%s); the job goes on with the node-local cache", exc)
-        if settings.remote:
-            from pcompile.store.remote import open_remote  # issue 4: Redis / S3
-
-            tiers.append(open_remote(settings))
-        if writable:
-            for tier in tiers:
-                if isinstance(tier, DirectoryTier) and not os.access(tier.root, os.W_OK):
-                    raise PcompileError(f"{tier.root} is not writable: fix its permissions or choose another directory")
-        store = Store(tiers, settings)
-        try:
-            from pcompile.trust import configure_tiers  # issue 4: signing
-
-            configure_tiers(store)
-        except ImportError:
-            pass
-        return store
+        return open_store(settings, must_exist=must_exist, writable=writable)
 
     def writable_tiers(self) -> list[Tier]:
         """Read-only consumers, and verify-only holders of a public key, write node-local only."""

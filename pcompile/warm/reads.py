@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from pcompile.compat.warm_fakes import zeros_like_on_cpu  # the fakes need it too, a floor below
+
 _LIB_MARKERS = (os.sep + "torch" + os.sep, os.sep + "pcompile" + os.sep, os.sep + "triton" + os.sep,
                 os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep, os.sep + "lib" + os.sep + "python")
 _SCRIPT: str | None = None
@@ -80,16 +82,6 @@ def scalar(dtype: torch.dtype) -> bool | int | float | complex:
     if dtype.is_floating_point:
         return 0.0
     return 0
-
-
-def zeros_like_on_cpu(t: torch.Tensor) -> torch.Tensor:
-    """A real CPU tensor of zeros with `t`'s shape, dtype and (where dense) strides."""
-    shape, dtype = tuple(t.shape), t.dtype
-    try:
-        return torch.zeros(shape, dtype=dtype).as_strided(shape, t.stride()) if t.is_contiguous() else \
-            torch.empty_strided(shape, t.stride(), dtype=dtype).zero_()
-    except (RuntimeError, ValueError):
-        return torch.zeros(shape, dtype=dtype)
 
 
 def _one_element(t: torch.Tensor, what: str) -> None:

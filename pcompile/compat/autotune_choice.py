@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from pcompile.inductor.compat import CompatError, require_attr
+from pcompile.compat import CompatError, require_attr
 
 #: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
 CHECKED = {'torch': '2.11.0, 2.14.1, 2.15.0'}
@@ -50,7 +50,7 @@ def check() -> None:
 
     params = list(inspect.signature(cache_cls.save).parameters)
     if params[:3] != ["self", "config", "time_taken_ns"] or "triton_cache_hash" not in params:
-        raise CompatError(f"AutotuneCache.save{tuple(params)} changed; update pcompile/inductor/compat/autotune_choice.py")
+        raise CompatError(f"AutotuneCache.save{tuple(params)} changed; update pcompile/compat/autotune_choice.py")
 
 
 def _candidates(autotuner: Any) -> list[tuple[Any, Any]]:

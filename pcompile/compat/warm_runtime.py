@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import torch
 
-from pcompile.inductor.gate import TORCH_RANGE as SUPPORTED  # one range for hooks and warm
+from pcompile.compat.gate import TORCH_RANGE as SUPPORTED  # one range for hooks and warm
 
 CHECKED = {"torch": "2.11.0, 2.14.1, 2.15.0 (2.15: check() and tests/test_warm*.py)"}
 
@@ -86,7 +86,7 @@ def check() -> list[str]:
     """Names of private symbols the whole warm path needs that this torch lacks (empty when all is well)."""
     gone = missing(PRIVATE_SYMBOLS)
     for name in CONCERNS:  # imported here: each of them imports this module's marks
-        gone += importlib.import_module(f"pcompile.inductor.compat.{name}").check()
+        gone += importlib.import_module(f"pcompile.compat.{name}").check()
     return gone
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 def _prewarm() -> None:
     _warm_triton()
     try:
-        from pcompile.inductor.compat.triton_warmup import import_compiler
+        from pcompile.compat.triton_warmup import import_compiler
         from pcompile.inductor.layer_keys import layer_fingerprint
         from pcompile.keys import fingerprint
 
@@ -27,7 +27,8 @@ def _prewarm() -> None:
     except Exception:  # a worker that cannot prewarm still compiles; it just pays later
         pass
     try:
-        from pcompile.inductor import compat, remote_backend
+        from pcompile import compat
+        from pcompile.inductor import remote_backend
 
         if compat.check("remote_cache") is None:
             remote_backend.install()
@@ -39,7 +40,7 @@ def _warm_triton() -> None:
     """One throwaway Triton compile here, so no forked worker pays its first-job setup (~2 s:
     lazy imports, Triton's and Inductor's source hashes, the first ptxas run)."""
     try:
-        from pcompile.inductor.compat import triton_warmup
+        from pcompile.compat import triton_warmup
 
         triton_warmup.warm()
     except Exception:  # the jobs then pay it themselves

@@ -6,7 +6,7 @@ whose processes must never open a host GPU's driver: ask the library directly in
 """
 from __future__ import annotations
 
-from pcompile.inductor.compat import CompatError
+from pcompile.compat import CompatError
 
 #: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
 CHECKED = {'torch': '2.11.0, 2.14.1, 2.15.0'}

@@ -50,7 +50,7 @@ def check(name: str) -> str | None:
 
 def _run_check(name: str) -> str | None:
     try:
-        module = importlib.import_module(f"pcompile.inductor.compat.{name}")
+        module = importlib.import_module(f"pcompile.compat.{name}")
         module.check()
     except CompatError as exc:
         return str(exc)

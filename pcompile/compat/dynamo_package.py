@@ -49,7 +49,7 @@ import sys
 import threading
 from typing import Any, Callable, Iterator
 
-from pcompile.inductor.compat import CompatError, require_attr
+from pcompile.compat import CompatError, require_attr
 
 #: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
 CHECKED = {'torch': '2.11.0, 2.13.0, 2.14.1, 2.15.0'}

@@ -9,7 +9,7 @@ Touched (torch 2.14.1 and 2.15.0: the class, a torch.Tensor subclass).
 """
 from __future__ import annotations
 
-from pcompile.inductor.compat import CompatError
+from pcompile.compat import CompatError
 
 CHECKED = {"torch": "2.14.1, 2.15.0"}
 

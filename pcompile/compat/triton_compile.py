@@ -20,7 +20,7 @@ import functools
 import inspect
 from typing import Any, Iterator
 
-from pcompile.inductor.compat import CompatError, require_attr
+from pcompile.compat import CompatError, require_attr
 
 #: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
 CHECKED = {'torch': '2.11.0, 2.14.1, 2.15.0'}
@@ -41,7 +41,7 @@ def check() -> None:
 
 def _no_driver_setup() -> contextlib.AbstractContextManager[None]:
     """One implementation of the 2.11 driver workaround: pool_hook's (it owns that patch)."""
-    from pcompile.inductor.compat.pool_hook import _no_gpu_driver_setup_in_worker
+    from pcompile.compat.pool_hook import _no_gpu_driver_setup_in_worker
 
     return _no_gpu_driver_setup_in_worker()
 

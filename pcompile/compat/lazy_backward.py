@@ -20,7 +20,7 @@ import contextlib
 import os
 from typing import Iterator
 
-from pcompile.inductor.compat import require_attr
+from pcompile.compat import require_attr
 
 #: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
 CHECKED = {'torch': '2.11.0, 2.14.1, 2.15.0'}

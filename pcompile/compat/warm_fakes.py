@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from pcompile.inductor.compat.warm_runtime import mark, marked, missing
+from pcompile.compat.warm_runtime import mark, marked, missing
 
 CHECKED = {"torch": "2.11.0, 2.14.1, 2.15.0 (2.15: check() and tests/test_warm*.py)"}
 
@@ -39,6 +39,16 @@ def check() -> list[str]:
         if not hasattr(owner, attr):
             gone.append(f"{type(owner).__qualname__}().{attr}")
     return gone
+
+
+def zeros_like_on_cpu(t: torch.Tensor) -> torch.Tensor:
+    """A real CPU tensor of zeros with `t`'s shape, dtype and (where dense) strides."""
+    shape, dtype = tuple(t.shape), t.dtype
+    try:
+        return torch.zeros(shape, dtype=dtype).as_strided(shape, t.stride()) if t.is_contiguous() else \
+            torch.empty_strided(shape, t.stride(), dtype=dtype).zero_()
+    except (RuntimeError, ValueError):
+        return torch.zeros(shape, dtype=dtype)
 
 
 def new_fake_mode(on_host_read: Callable[[str], None]) -> Any:
@@ -120,16 +130,12 @@ def new_fake_mode(on_host_read: Callable[[str], None]) -> Any:
         def _host_result(self, x: Any) -> Any:
             if isinstance(x, FakeTensor) and x.device.type != "cuda" and x.fake_mode is self:
                 on_host_read(".cpu()")
-                from pcompile.warm.reads import zeros_like_on_cpu
-
                 return zeros_like_on_cpu(x)
             return x
 
         def _on_host_zeros(self, func: Any, args: Any, kwargs: Any, how: str, to_device: bool) -> Any:
             """Run `func` for real on CPU with every virtual input read as zeros. With `to_device`,
             tensor results come back as CUDA fakes of the shape that computation gave."""
-            from pcompile.warm.reads import zeros_like_on_cpu
-
             on_host_read(how)
 
             def host(x: Any) -> Any:

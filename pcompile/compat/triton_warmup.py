@@ -5,7 +5,7 @@ Gluon, Inductor's codecache), Triton's own first-use setup (hashing its sources 
 key, the backend, the first ptxas run) on top of the compile itself: measured in one process
 (torch 2.14), the first three jobs took 2.97, 0.43 and 0.25 s; after `warm()` the first took
 0.46 s. The node pool forks every worker from one forkserver; doing this once there means no
-worker pays it (pool/prewarm.py).
+worker pays it (inductor/worker_prewarm.py).
 
 The compile goes to a private temporary Triton cache (never the store, never the job's cache),
 for an explicit target, so it never initialises a GPU driver: the forkserver must stay free of
@@ -30,7 +30,7 @@ import tempfile
 import time
 from typing import Any, Iterator
 
-from pcompile.inductor.compat import CompatError, require_attr
+from pcompile.compat import CompatError, require_attr
 
 #: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
 CHECKED = {'torch': '2.11.0, 2.14.1, 2.15.0', 'triton': '3.6.0, 3.8.0, 3.9.0'}

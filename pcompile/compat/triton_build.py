@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from pcompile.inductor.compat import CompatError
+from pcompile.compat import CompatError
 
 CHECKED = {"triton": "3.6.0, 3.8.0, 3.9.0"}
 

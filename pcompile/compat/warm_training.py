@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pcompile.inductor.compat.warm_runtime import mark, marked, missing
+from pcompile.compat.warm_runtime import mark, marked, missing
 
 CHECKED = {"torch": "2.11.0, 2.14.1, 2.15.0 (2.15: check() and tests/test_warm*.py)"}
 

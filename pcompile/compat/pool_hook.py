@@ -42,7 +42,7 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
-from pcompile.inductor.compat import CompatError, require_attr
+from pcompile.compat import CompatError, require_attr
 
 #: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
 CHECKED = {'torch': '2.11.0, 2.14.1, 2.15.0'}
@@ -214,7 +214,7 @@ class TritonResult:
     """What a worker sends back: the stock worker's return value, pickled, plus who built it."""
 
     data: bytes  # pickle.dumps((CachingAutotuner, elapsed_us)), exactly the stock worker's return
-    software: dict[str, str]
+    software: dict[str, str]  # filled by the caller (inductor/triton_jobs.py: keys sit above compat)
     seconds: float
     where: str
 
@@ -239,26 +239,10 @@ def _apply_triton_env(wanted: dict[str, str] | None) -> None:
     os.environ.update(wanted)
 
 
-def _arch_of(source: str) -> int | None:
+def arch_of(source: str) -> int | None:
     """The sm arch a kernel source targets (its DeviceProperties cc), None if not CUDA."""
     found = device_of(source)
     return found[1] if found and found[0] == "cuda" else None
-
-
-def software(arch: int | None = None) -> dict[str, str]:
-    """The build-relevant versions of this process, compared by the parent before it publishes.
-    `arch`: the kernel's target, so "ptxas" names the ptxas Triton runs for it, as the key does."""
-    import json
-
-    from pcompile.keys import versions
-
-    return {
-        "torch": versions.torch_build(),
-        "triton": versions.triton_build(),
-        "ptxas": versions.ptxas_version(arch),
-        "python": versions.python_version(),
-        "triton_env": json.dumps(triton_env(), sort_keys=True),
-    }
 
 
 _driver_patch_lock = threading.Lock()
@@ -324,8 +308,7 @@ def run_triton_job(
     with _no_gpu_driver_setup_in_worker():
         result = compile_tasks._worker_compile_triton(load_kernel, env, extra_config)
     seconds = time.perf_counter() - t0
-    return TritonResult(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL), software(_arch_of(source)), seconds,
-                        f"pid {os.getpid()}")
+    return TritonResult(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL), {}, seconds, f"pid {os.getpid()}")
 
 
 def compile_in_process(job: TritonJob) -> TritonResult:
@@ -349,4 +332,4 @@ def compile_in_process(job: TritonJob) -> TritonResult:
         data = pickle.dumps((kernel, elapsed_us), protocol=pickle.HIGHEST_PROTOCOL)
     finally:
         kernel.restore_after_unpickle(old_values)
-    return TritonResult(data, software(_arch_of(job.source)), time.perf_counter() - t0, "in-process")
+    return TritonResult(data, {}, time.perf_counter() - t0, "in-process")

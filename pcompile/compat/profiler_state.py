@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable
 
-from pcompile.inductor.compat import CompatError
+from pcompile.compat import CompatError
 
 CHECKED = {"torch": "2.14.1, 2.15.0"}
 #: Reached through sys.modules (no import), which tools/private_surface.py cannot follow statically.

@@ -12,9 +12,9 @@ from typing import Any, Callable
 
 import torch
 
-from pcompile.inductor.compat.warm_fakes import active_fake_mode, is_fake
-from pcompile.inductor.compat.warm_runtime import mark, marked, missing
-from pcompile.inductor.compat.warm_timings import inside_graph_compile
+from pcompile.compat.warm_fakes import active_fake_mode, is_fake
+from pcompile.compat.warm_runtime import mark, marked, missing
+from pcompile.compat.warm_timings import inside_graph_compile
 
 CHECKED = {"torch": "2.11.0, 2.14.1, 2.15.0 (2.15: check() and tests/test_warm*.py)"}
 

@@ -5,6 +5,10 @@ stock Inductor: a new torch never crashes a job and never gets a half-understood
 supported ranges are the versions the compat modules were read against (see compat/*.py).
 `PCOMPILE_PRETEND_TORCH_VERSION` / `PCOMPILE_PRETEND_TRITON_VERSION` make the gate see another
 version (tests use them to exercise the fallback without installing another torch).
+
+It sits in compat, the ground floor, because its ranges are what the compat modules were read
+against, and because everything above it (hooks, warm, pool) asks it first. It touches no private
+name itself. `warn_once` here is the process-wide one-warning-per-problem helper.
 """
 from __future__ import annotations
 
@@ -15,6 +19,9 @@ import threading
 import warnings
 
 log = logging.getLogger("pcompile.inductor")
+
+#: The releases the ranges below were read against (tools/private_surface.py puts them in compat/README.md).
+CHECKED = {"torch": "2.11.0, 2.14.1, 2.15.0", "triton": "3.6.0, 3.8.0, 3.9.0"}
 
 #: Inclusive (major, minor) ranges.
 TORCH_RANGE = ((2, 11), (2, 15))
@@ -100,3 +107,12 @@ def supported() -> bool:
     warn_once("version", f"pcompile: {reason}; compiling with stock Inductor, without pcompile's cache "
               "(upgrade pcompile, or pin a supported torch/triton)")
     return False
+
+
+def check() -> None:
+    """Raise CompatError when this torch/triton is outside the gate (the compat-module contract)."""
+    reason = unsupported_reason()
+    if reason is not None:
+        from pcompile.compat import CompatError
+
+        raise CompatError(reason)

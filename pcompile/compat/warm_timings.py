@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-from pcompile.inductor.compat.warm_runtime import mark, marked, missing
+from pcompile.compat.warm_runtime import mark, marked, missing
 
 CHECKED = {"torch": "2.11.0, 2.14.1, 2.15.0 (2.15: check() and tests/test_warm*.py)"}
 

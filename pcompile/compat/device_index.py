@@ -49,7 +49,7 @@ import os
 import re
 from typing import Any, Callable, ContextManager, Iterator, Protocol
 
-from pcompile.inductor.compat import CompatError, require_attr
+from pcompile.compat import CompatError, require_attr
 
 CHECKED = {'torch': '2.11.0, 2.14.1, 2.15.0'}
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from pcompile.inductor.compat import CompatError, require_attr
+from pcompile.compat import CompatError, require_attr
 
 #: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
 CHECKED = {'triton': '3.6.0, 3.8.0, 3.9.0'}
