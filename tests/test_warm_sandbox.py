@@ -160,3 +160,16 @@ def test_gc_removes_warm_runs(warmed, tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["warm-runs"]["runs_removed"] == 2 and not any(runs.iterdir())
+
+
+def test_no_daemon_is_started_inside_a_sandbox(tmp_path, monkeypatch):
+    """A node compile daemon outlives the warm: one started inside the sandbox would live on in
+    its view, so the pool refuses (the runner starts it outside, isolation.start_daemon_outside)."""
+    from pcompile.pool.errors import PoolUnavailable
+    from pcompile.pool.launcher import DaemonOptions, connect_or_start
+    from pcompile.pool.paths import PoolPaths
+
+    monkeypatch.setenv("PCOMPILE_WARM_SANDBOX_ACTIVE", "namespace")
+    with pytest.raises(PoolUnavailable, match="file sandbox"):
+        connect_or_start(tmp_path, DaemonOptions(idle_exit=5), start_timeout=5)
+    assert not PoolPaths.for_cache_dir(tmp_path).pidfile.exists()

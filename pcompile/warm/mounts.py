@@ -142,17 +142,21 @@ class View:
         if readonly:
             try:
                 mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | self._locked_flags(path))
-            except OSError:
-                pass  # already read-only
+            except OSError as exc:
+                if not os.statvfs(target).f_flag & os.ST_RDONLY:  # never leave the real file writable
+                    _libc.umount2(os.fsencode(target), 2)  # MNT_DETACH
+                    self.failed.append(f"{path} (left out: {exc.strerror})")
+                    return
             self.readonly.append(path)
         else:
             self.passed.append(path)
 
     def _locked_flags(self, path: str) -> int:
-        """nosuid/nodev/noexec a user namespace may not clear on a remount."""
+        """nosuid/nodev/noexec and atime flags, which a user namespace may not change on a remount."""
         st = os.statvfs(path)
-        return sum(bit for bit, vf in ((MS_NOSUID, os.ST_NOSUID), (MS_NODEV, os.ST_NODEV), (MS_NOEXEC, os.ST_NOEXEC))
-                   if st.f_flag & vf)
+        pairs = ((MS_NOSUID, os.ST_NOSUID), (MS_NODEV, os.ST_NODEV), (MS_NOEXEC, os.ST_NOEXEC),
+                 (1024, os.ST_NOATIME), (2048, os.ST_NODIRATIME), (1 << 21, os.ST_RELATIME))
+        return sum(bit for bit, vf in pairs if st.f_flag & vf)
 
     # ------------------------------------------------------------------ the walk
     def place(self, path: str) -> None:
