@@ -141,15 +141,10 @@ def test_no_cycle_between_packages():
     assert not cycles, "import cycles between packages:\n" + "\n".join(sorted(cycles))
 
 
-#: Being split (issue 22 step 2); this set only shrinks.
-_SPLIT_PENDING = {"compat/dynamo_package.py", "pool/daemon.py", "store/remote.py"}
-
-
 def test_no_module_over_500_lines():
     big = [f"{p.relative_to(ROOT.parent)}: {n} lines"
            for p in sorted(ROOT.rglob("*.py"))
-           if (n := len(p.read_text().splitlines())) > MAX_LINES
-           and p.relative_to(ROOT).as_posix() not in _SPLIT_PENDING]
+           if (n := len(p.read_text().splitlines())) > MAX_LINES]
     assert not big, f"modules over {MAX_LINES} lines (split them by job):\n" + "\n".join(big)
 
 

@@ -37,13 +37,14 @@ Two torch behaviours are corrected here, both in the load path:
     failure leaves the package uninitialised and surfaces as the RuntimeError torch handles;
   - `load_cache_entry` deep-copies every backend into PrecompileContext: pcompile keeps the
     stored bytes instead and unpickles them again only when the package changes (a guard
-    failed), so a hot start pays no copy.
+    failed), so a hot start pays no copy (dynamo_entries.py).
+What a stored program is and how it is read back (PrecompileCacheEntry, the backends, the source
+checksums, the configs in its key) is dynamo_entries.py's; check() here runs its check too.
 """
 from __future__ import annotations
 
 import contextlib
 import logging
-import pickle
 import re
 import sys
 import threading
@@ -55,11 +56,9 @@ from pcompile.compat import CompatError, require_attr
 CHECKED = {'torch': '2.11.0, 2.13.0, 2.14.1, 2.15.0'}
 #: Names reached through helpers or loops, which tools/private_surface.py cannot follow statically.
 PRIVATE = ("torch._dynamo.config.caching_precompile", "torch._dynamo.package.DiskDynamoCache",
-           "torch._dynamo.package.CompilePackage", "torch._dynamo.package.PrecompileCacheEntry",
-           "torch._dynamo.package.DynamoCache", "torch._dynamo.precompile_context.PrecompileContext",
+           "torch._dynamo.package.CompilePackage",
+           "torch._dynamo.package.DynamoCache",
            "torch._dynamo.precompile_context.DynamoCache", "torch._dynamo.eval_frame._TorchDynamoContext",
-           "torch._dynamo.config.get_config_copy", "torch._functorch.config.get_config_copy",
-           "torch._inductor.config.get_config_copy",
            "torch._dynamo.bytecode_transformation._unique_id_counter",
            "torch._dynamo.guards.CheckFunctionManager", "torch._dynamo.exc.PackageError",
            "torch._dynamo.codegen.PyCodegen", "torch._dynamo.package.SerializedCode",
@@ -112,15 +111,8 @@ def check() -> None:
     for name in ("install", "uninstall", "initialize", "cache_entry", "source_id", "is_initialized",
                  "_add_user_function", "_add_function"):
         require_attr(cp, name, "torch._dynamo.package.CompilePackage")
-    entry = require_attr(package, "PrecompileCacheEntry", "torch._dynamo.package")
-    require_attr(entry, "from_cache_entry", "torch._dynamo.package.PrecompileCacheEntry")
     require_attr(package, "DynamoCache", "torch._dynamo.package")
-    ctx = require_attr(pctx, "PrecompileContext", "torch._dynamo.precompile_context")
-    if not isinstance(getattr(ctx, "_backend_artifacts_by_key", None), dict):
-        raise CompatError("torch._dynamo.precompile_context.PrecompileContext._backend_artifacts_by_key is not a dict")
     require_attr(pctx, "DynamoCache", "torch._dynamo.precompile_context")
-    require_attr(package, "_hash_sourcelines", "torch._dynamo.package")
-    require_attr(eval_frame, "innermost_fn", "torch._dynamo.eval_frame")
     import torch._dynamo.bytecode_transformation as bt
 
     require_attr(bt, "_unique_id_counter", "torch._dynamo.bytecode_transformation")
@@ -142,9 +134,6 @@ def check() -> None:
     require_attr(torch._C.DispatchKeySet, "from_raw_repr", "torch._C.DispatchKeySet")
     cfm = require_attr(guards, "CheckFunctionManager", "torch._dynamo.guards")
     require_attr(cfm, "serialize_guards", "torch._dynamo.guards.CheckFunctionManager")
-    fields = [f.name for f in __import__("dataclasses").fields(entry)]
-    if fields[:2] != ["dynamo", "backends"]:
-        raise CompatError(f"torch._dynamo.package.PrecompileCacheEntry fields are {fields}, not dynamo, backends")
     tdc = require_attr(eval_frame, "_TorchDynamoContext", "torch._dynamo.eval_frame")
     require_attr(tdc, "__call__", "torch._dynamo.eval_frame._TorchDynamoContext")
     import inspect
@@ -153,6 +142,9 @@ def check() -> None:
     source = inspect.getsource(getattr(call, _ORIGINAL, call))  # unwrapped: install() may have run already
     if "DynamoCache.load(" not in source:
         raise CompatError("torch._dynamo.eval_frame._TorchDynamoContext.__call__ no longer loads DynamoCache")
+    from pcompile.compat import dynamo_entries
+
+    dynamo_entries.check()  # what a stored program is made of: checked with the feature
 
 
 def current_backend() -> tuple[Any, dict[str, Any]] | None:
@@ -485,132 +477,3 @@ def _store_class(package: Any) -> type:
 
     _classes[id(package)] = StoreDynamoCache
     return StoreDynamoCache
-
-
-def entry_for(package_: Any) -> Any | None:
-    """The package with its backends, ready to serialise; None if a backend is not ready yet
-    (a lazily lowered backward records its bundled entry at the first .backward())."""
-    _, package, pctx, _ = _modules()
-    cache_entry = package_.cache_entry()
-    backends = pctx.PrecompileContext._backend_artifacts_by_key
-    _restore_pristine(cache_entry.backend_ids)
-    if any(b not in backends for b in cache_entry.backend_ids):
-        return None
-    return package.PrecompileCacheEntry.from_cache_entry(cache_entry, backends)
-
-
-def source_id(package_: Any) -> str:
-    return str(package_.source_id)
-
-
-def innermost(package_: Any) -> Any:
-    return package_._innermost_fn
-
-
-def dumps(entry: Any) -> bytes:
-    return pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-#: backend id -> the stored program bytes that hold a pristine copy of it (see loads)
-_pristine: dict[str, bytes] = {}
-
-
-def loads(data: bytes) -> Any:
-    """Unpickle a *verified* entry.
-
-    Its backends are deserialised for this process (install mutates them: loaded modules hang
-    off them afterwards), so they are not the ones a later save may pickle: the bytes are kept
-    and unpickled again only if this package changes and must be stored anew."""
-    _, package, _, _ = _modules()
-    entry = pickle.loads(data)
-    if not isinstance(entry, package.PrecompileCacheEntry):
-        raise CompatError(f"a stored program is a {type(entry).__name__}, not a PrecompileCacheEntry")
-    for backend_id in entry.backends:
-        _pristine[str(backend_id)] = data
-    return entry
-
-
-def _restore_pristine(backend_ids: Any) -> None:
-    _, _, pctx, _ = _modules()
-    backends = pctx.PrecompileContext._backend_artifacts_by_key
-    for data in {id(d): d for b in backend_ids if b not in backends and (d := _pristine.get(str(b)))}.values():
-        for backend_id, backend in pickle.loads(data).backends.items():
-            backends.setdefault(backend_id, backend)
-
-
-def check_entry(entry: Any) -> None:
-    """Raise RuntimeError if `entry` was made by another python/torch/GPU (torch's own check)."""
-    entry.dynamo.check_versions()
-
-
-def backend_ids(entry: Any) -> list[str]:
-    return sorted(str(b) for b in entry.dynamo.backend_ids)
-
-
-def innermost_fn(fn: Any) -> Any:
-    """The function torch.compile keys a package on (unwrapping compiled and bound wrappers)."""
-    from torch._dynamo.eval_frame import innermost_fn as inner
-
-    if hasattr(fn, "forward") and not hasattr(fn, "__code__"):
-        fn = fn.forward
-    fn = inner(fn)
-    return getattr(fn, "__func__", fn)
-
-
-def config_copies() -> dict[str, dict[str, Any]]:
-    """Dynamo's, AOTAutograd's and Inductor's configs as plain dicts (what a compile reads)."""
-    import torch._dynamo.config as dconfig
-    import torch._functorch.config as fconfig
-    import torch._inductor.config as iconfig
-
-    return {name: dict(module.get_config_copy()) for name, module in
-            (("dynamo", dconfig), ("functorch", fconfig), ("inductor", iconfig))}
-
-
-def changed_sources(entry: Any) -> str | None:
-    """The first inlined function whose source differs from when `entry` was compiled, or None
-    (torch's own check at install, run here so a stale program is refused with one line)."""
-    import importlib
-
-    from torch._dynamo.package import _hash_sourcelines
-
-    for code in entry.dynamo.source_info.inlined_sources:
-        try:
-            module = importlib.import_module(code.module)
-            checksum = _hash_sourcelines(module, code.firstlineno, code.lastlineno)
-        except Exception as exc:
-            return f"{code.module} ({type(exc).__name__})"
-        if checksum != code.checksum:
-            return f"{code.module} lines {code.firstlineno}-{code.lastlineno}"
-    return None
-
-
-class _Ready:
-    """A backend deserialised ahead of install (so a bad one is refused before torch sees it)."""
-
-    def __init__(self, fn: Any) -> None:
-        self._fn = fn
-
-    def after_deserialization(self) -> Any:
-        return self._fn
-
-
-def deserialize_backends(entry: Any) -> Any:
-    """A copy of `entry` whose backends are already deserialised (install only installs)."""
-    _, package, _, _ = _modules()
-    ready = {backend_id: _Ready(backend.after_deserialization()) for backend_id, backend in entry.backends.items()}
-    return package.PrecompileCacheEntry(dynamo=entry.dynamo, backends=ready)
-
-
-def guarded_count(package_or_entry: Any) -> int:
-    """How many guarded versions of its frames a package (or a stored program) holds."""
-    codes = package_or_entry.dynamo.codes if hasattr(package_or_entry, "dynamo") else package_or_entry._codes.values()
-    return sum(len(code.guarded_codes) for code in codes)
-
-
-def missing_backends() -> int:
-    """Backends named by recorded packages that PrecompileContext never received (diagnostics)."""
-    _, _, pctx, _ = _modules()
-    ctx = pctx.PrecompileContext
-    have = ctx._backend_artifacts_by_key
-    return sum(1 for e in getattr(ctx, "_dynamo_cache_entries", {}).values() for b in e.backend_ids if b not in have)

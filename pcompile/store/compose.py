@@ -44,10 +44,18 @@ def open_store(settings: Settings | None = None, *, must_exist: bool = False, wr
     if settings.remote:
         from pcompile.store.remote import open_remote
 
-        tiers.append(open_remote(settings))
+        try:
+            tiers.append(open_remote(settings))
+        except PcompileError as exc:
+            if must_exist or writable:
+                raise  # a command aimed at the remote: say so and stop
+            from pcompile.logs import setup
+
+            setup()  # a job goes on without the remote tier, never without its node-local one
+            log.warning("%s; the job goes on without the remote tier", exc)
     if writable:
         for tier in tiers:
-            if isinstance(tier, DirectoryTier) and not os.access(tier.root, os.W_OK):
+            if tier.capabilities.directory and not os.access(tier.root, os.W_OK):  # type: ignore[attr-defined]
                 raise PcompileError(f"{tier.root} is not writable: fix its permissions or choose another directory")
     store = Store(tiers, settings)
     apply_trust(store)
@@ -65,8 +73,8 @@ def _refuse_unsigned(manifest: Manifest) -> Manifest:
 
 
 def apply_trust(store: "Store", config: TrustConfig | None = None) -> TrustConfig:
-    """Set each tier's signer and trust hooks (trust/policy.py says which), and attach remote
-    tiers to the store (stats, node-local landing dir for single-flight fetches)."""
+    """Set each tier's signer and trust hooks (trust/policy.py says which), then tell each tier
+    the store it serves (Tier.attach: the remote reports into the store's stats)."""
     config = config or TrustConfig.from_env()
     signer = config.signer()
     for tier in store.tiers:
@@ -75,9 +83,7 @@ def apply_trust(store: "Store", config: TrustConfig | None = None) -> TrustConfi
         if checked and signer is None and tier.kind == "shared":
             tier.signer = _refuse_unsigned
         tier.trust = config.verifier(_count_refusal(store, tier.name)) if checked else None
-        attach = getattr(tier, "attach", None)
-        if callable(attach):
-            attach(store)
+        tier.attach(store)
     return config
 
 

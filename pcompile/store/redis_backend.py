@@ -1,4 +1,4 @@
-"""Redis as a remote tier: plain string keys, blobs over the chunk size split into chunks.
+"""Redis as a remote backend (remote.RemoteTier wraps it): string keys, big blobs in chunks.
 
 Key layout (cache/REMOTE.md is the spec; PREFIX defaults to "pcompile:v1:"):
   PREFIX m:<key>          manifest JSON
@@ -26,7 +26,7 @@ from typing import Any, Iterator
 
 from pcompile.errors import PcompileError
 from pcompile.keys.key import Key
-from pcompile.store.remote import RemoteBackend, redact
+from pcompile.store.backend import RemoteBackend, redact
 
 DEFAULT_PREFIX = "pcompile:v1:"
 DEFAULT_CHUNK = 4 << 20
@@ -39,7 +39,7 @@ _INLINE = b"\x00"
 _CHUNKED = b"\x01"
 
 
-class RedisTier(RemoteBackend):
+class RedisBackend(RemoteBackend):
     name = "redis"
 
     def __init__(self, client: Any, url: str, *, prefix: str = DEFAULT_PREFIX, chunk_bytes: int = DEFAULT_CHUNK) -> None:
@@ -50,7 +50,7 @@ class RedisTier(RemoteBackend):
         self.chunk_bytes = max(1024, int(chunk_bytes))
 
     @staticmethod
-    def from_url(url: str, *, timeout: float) -> "RedisTier":
+    def from_url(url: str, *, timeout: float) -> "RedisBackend":
         try:
             import redis
             from redis.backoff import NoBackoff
@@ -80,7 +80,7 @@ class RedisTier(RemoteBackend):
         except ValueError as exc:
             raise PcompileError(f"PCOMPILE_REMOTE={redact(url)!r}: {exc}; use redis://[USER:PASS@]HOST:PORT/DB") from None
         chunk = int(float(os.environ.get(ENV_CHUNK) or DEFAULT_CHUNK))
-        return RedisTier(client, url, prefix=prefix, chunk_bytes=chunk)
+        return RedisBackend(client, url, prefix=prefix, chunk_bytes=chunk)
 
     def location(self) -> str:
         return redact(self.url)

@@ -1,4 +1,4 @@
-"""S3 (and MinIO, Ceph RGW, moto...) as a remote tier.
+"""S3 (and MinIO, Ceph RGW, moto...) as a remote backend (remote.RemoteTier wraps it).
 
 Object layout (cache/REMOTE.md is the spec; PREFIX from s3://BUCKET/PREFIX):
   PREFIX/v1/manifests/<key>.json    manifest JSON
@@ -29,7 +29,7 @@ from typing import Any, Iterator
 
 from pcompile.errors import PcompileError
 from pcompile.keys.key import LAYERS, Key
-from pcompile.store.remote import RemoteBackend
+from pcompile.store.backend import RemoteBackend
 
 ENV_ENDPOINT = "PCOMPILE_S3_ENDPOINT_URL"
 ENV_REGION = "PCOMPILE_S3_REGION"
@@ -38,7 +38,7 @@ PART_BYTES = 8 << 20  # >= S3's 5 MiB multipart minimum
 _MISSING = {"NoSuchKey", "404", "NotFound"}
 
 
-class S3Tier(RemoteBackend):
+class S3Backend(RemoteBackend):
     name = "s3"
 
     def __init__(self, bucket: str, prefix: str, *, timeout: float, endpoint_url: str | None = None, region: str | None = None) -> None:
@@ -54,7 +54,7 @@ class S3Tier(RemoteBackend):
         self._lock = threading.Lock()
 
     @staticmethod
-    def from_url(url: str, *, timeout: float) -> "S3Tier":
+    def from_url(url: str, *, timeout: float) -> "S3Backend":
         try:
             import boto3  # noqa: F401
         except ImportError:
@@ -62,7 +62,7 @@ class S3Tier(RemoteBackend):
         parts = urllib.parse.urlsplit(url)
         if not parts.netloc:
             raise PcompileError(f"PCOMPILE_REMOTE={url!r} names no bucket: use s3://BUCKET/PREFIX")
-        return S3Tier(
+        return S3Backend(
             parts.netloc,
             parts.path,
             timeout=timeout,
