@@ -363,6 +363,10 @@ WARM_PAD_MM = _declare("PCOMPILE_WARM_PAD_MM", Choice(("pad", "nopad"), aliases=
                                                                                   ("false", "nopad"), ("off", "nopad"))),
                        "pad", "what `pcompile warm` decides where Inductor's pad_mm pass would time padded vs unpadded "
                               "matmuls on a GPU; the choice is part of the warmed graph")
+WARM_SANDBOX = _declare("PCOMPILE_WARM_SANDBOX", Choice(("auto", "namespace", "userns", "python")), "auto",
+                        "how `pcompile warm` keeps the script's writes off your files: `namespace` (a private mount "
+                        "namespace with an overlay of the file system, as root), `userns` (the same in a user "
+                        "namespace), `python` (a redirect of Python's file calls); `auto`: the first that works here")
 INDUCTOR_LOCAL_CACHES = _declare("PCOMPILE_INDUCTOR_LOCAL_CACHES", Bool(), False,
                                  "`1`: keep Inductor's own local FX/AOT caches on as well (by default the store "
                                  "replaces them)")
@@ -435,6 +439,12 @@ VDEV_DEVICES = _declare("PCOMPILE_VDEV_DEVICES", Int(minimum=1, maximum=64), 1, 
                         internal=True)
 VDEV_SANITIZE = _declare("PCOMPILE_VDEV_SANITIZE", Choice(("none", "address")), "none",
                          "`address`: build the virtual device with AddressSanitizer (its memory tests)", internal=True)
+WARM_SANDBOX_ACTIVE = _declare("PCOMPILE_WARM_SANDBOX_ACTIVE", Text(), None,
+                               "set in the warm child and its children: the file sandbox mode that runs", internal=True)
+WARM_REDIRECT = _declare("PCOMPILE_WARM_REDIRECT", FilePath(), None,
+                         "the Python redirect's state file, installed by the warm child's Python children", internal=True)
+#: every variable starting with this is the warm's own, never passed to the node daemon
+WARM_PREFIX = "PCOMPILE_WARM_"
 #: every variable starting with this belongs to the warm child's virtual device
 VDEV_PREFIX = "PCOMPILE_VDEV_"
 #: every pcompile variable starts with this

@@ -34,10 +34,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-entries", type=int, default=None, help=f"entry budget (default {settings.MAX_ENTRIES.name} or {settings.MAX_ENTRIES.show_default()})")
     p.add_argument("--max-age", type=_days, default=None, help="also drop entries not used for DAYS")
     p.add_argument("--shared", action="store_true", help="also collect the shared tier (run from one node only)")
+    p.add_argument("--warm-runs-age", type=_days, default=7.0,
+                   help="remove `pcompile warm` run dirs (what warmed scripts wrote) older than DAYS (default 7)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from pcompile.cli.common import settings_from
+    from pcompile.warm.isolation import sweep_runs
+
+    settings = settings_from(args)
+    runs, run_bytes = sweep_runs(settings.cache_dir, args.warm_runs_age)
+    run_line = [f"warm runs: removed {runs} run dirs older than {args.warm_runs_age:g} days, freed {run_bytes} bytes"] if runs else []
+    if not (settings.cache_dir / "store").exists() and (settings.cache_dir / "warm-runs").exists():  # warm runs only (stock caches)
+        emit(args, {"warm-runs": {"runs_removed": runs, "bytes_freed": run_bytes}}, "\n".join(run_line) or "nothing to collect")
+        return 0
     store = open_store(args, must_exist=True)
     max_bytes = args.max_bytes if args.max_bytes is not None else store.settings.max_bytes
     max_entries = args.max_entries if args.max_entries is not None else store.settings.max_entries
@@ -48,10 +59,11 @@ def run(args: argparse.Namespace) -> int:
         if tier.kind == "shared" and store.settings.read_only:
             raise PcompileError("PCOMPILE_READ_ONLY is set: unset it to collect the shared tier")
         results[tier.name] = collect_garbage(tier, max_bytes=max_bytes, max_entries=max_entries, max_age_days=args.max_age).to_json()
-    lines = [
+    results["warm-runs"] = {"runs_removed": runs, "bytes_freed": run_bytes}
+    lines = run_line + [
         f"{name}: removed {r['entries_removed']} entries and {r['blobs_removed']} blobs, freed {r['bytes_freed']} bytes; "
         f"{r['entries_after']} entries left ({r['pinned_kept']} pinned)"
-        for name, r in results.items()
+        for name, r in results.items() if name != "warm-runs"
     ]
     emit(args, results, "\n".join(lines) or "nothing to collect")
     return 0

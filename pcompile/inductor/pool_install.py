@@ -45,6 +45,14 @@ BLOB = "result"
 WORKER_PRELOAD = (*pool_hook.WORKER_MODULES, "pcompile.inductor.triton_jobs", "pcompile.inductor.worker_prewarm")
 
 
+def daemon_options() -> Any:
+    """How this process would start the node daemon (also used by `pcompile warm`, which starts
+    it before its sandboxed child can: a daemon must never live in the warm's file sandbox)."""
+    from pcompile.pool.launcher import DaemonOptions
+
+    return DaemonOptions(idle_exit=POOL_IDLE_EXIT.get(), job_timeout=POOL_JOB_TIMEOUT.get(), preload=WORKER_PRELOAD)
+
+
 def pool_kind(raw: str | None = None) -> tuple[str, str | None]:
     """('node'|'ray'|'local'|'off', ray address or None) from PCOMPILE_POOL (or `raw`)."""
     kind = POOL.get() if raw is None else POOL.get({POOL.name: raw})
@@ -114,11 +122,9 @@ class KernelRouter:
                 kind = self.kind = "node"
         if kind == "node":
             from pcompile.pool.client import NodePool
-            from pcompile.pool.launcher import DaemonOptions
 
-            options = DaemonOptions(
-                idle_exit=POOL_IDLE_EXIT.get(), job_timeout=self.timeout, preload=WORKER_PRELOAD
-            )
+            options = daemon_options()
+            options.job_timeout = self.timeout
             return NodePool(self.settings.cache_dir, options, local_workers=_local_threads(), connect_now=self.eager)
         return _LocalPool(_local_threads())
 

@@ -202,16 +202,18 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
 
 
 def _protect_user_files(spec: dict[str, Any], mode: Any) -> Any:
-    """Redirect the script's writes (pcompile/warm/writes.py); returns the redirect state."""
+    """Skip saves of virtual tensors, and without a namespace sandbox (sandbox.py) redirect the
+    script's file writes in Python (pcompile/warm/writes.py); returns the state."""
     from pcompile.warm import writes
     from pcompile.compat.warm_fakes import is_fake
 
+    sandboxed = settings.WARM_SANDBOX_ACTIVE.get() in ("namespace", "userns")
     keep = [p for p in (settings.CACHE_DIR.raw(), settings.SHARED_DIR.raw(),
                         os.environ.get("TORCHINDUCTOR_CACHE_DIR"), os.environ.get("TRITON_CACHE_DIR")) if p]
     keep.append(os.path.dirname(spec["report"]))  # the warm's own work dir
     user = [os.getcwd(), str(Path(spec["script"]).resolve().parent)]
-    w = writes.Writes(Path(spec["run_dir"]), keep, user, lambda t: is_fake(t) and t.fake_mode is mode)
-    writes.install(w)
+    w = writes.Writes(Path(spec["run_dir"]), keep, user, lambda t: is_fake(t) and t.fake_mode is mode, redirect=not sandboxed)
+    writes.install(w, None if sandboxed else settings.WARM_REDIRECT.raw())
     return w
 
 
