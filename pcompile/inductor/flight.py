@@ -140,7 +140,9 @@ def inside(layer: str, untimed: bool | None = None) -> Iterator[None]:
 def cannot_time() -> bool:
     """This process (or the job a worker compiles for) runs on a virtual device: pcompile warm."""
     flag = getattr(_tls, "untimed", None)
-    return bool(flag) if flag is not None else os.environ.get("PCOMPILE_WARMING") == "1"
+    from pcompile.settings import WARMING
+
+    return bool(flag) if flag is not None else bool(WARMING.get())
 
 
 def account(st: Any, layer: str, outcome: str, entry: Entry | None = None, **fields: Any) -> None:

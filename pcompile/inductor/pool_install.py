@@ -36,44 +36,29 @@ from pcompile.keys import Target, fingerprint, make_key
 from pcompile.keys.key import Key, KeyInputs, canonical_json
 from pcompile.pool.client import warn_once
 from pcompile.pool.errors import JobTimedOut, PoolError, WorkerCrashed
+from pcompile.settings import POOL, POOL_EAGER, POOL_IDLE_EXIT, POOL_JOB_TIMEOUT, POOL_WORKER, RAY_ACTORS
 
 log = logging.getLogger("pcompile.inductor.pool")
 
-ENV_POOL = "PCOMPILE_POOL"
-ENV_IDLE_EXIT = "PCOMPILE_POOL_IDLE_EXIT"
-ENV_JOB_TIMEOUT = "PCOMPILE_POOL_JOB_TIMEOUT"
-ENV_RAY_ACTORS = "PCOMPILE_RAY_ACTORS"
-ENV_IN_WORKER = "PCOMPILE_POOL_WORKER"
-ENV_EAGER = "PCOMPILE_POOL_EAGER"
-DEFAULT_IDLE_EXIT = 120.0
 ARTIFACT = "inductor-triton-worker-result-v1"
 BLOB = "result"
 WORKER_PRELOAD = (*pool_hook.WORKER_MODULES, "pcompile.inductor.triton_jobs", "pcompile.inductor.worker_prewarm")
 
 
-def _env_float(name: str, default: float) -> float:
-    try:
-        return float(os.environ.get(name) or default)
-    except ValueError:
-        return default
+def daemon_options() -> Any:
+    """How this process would start the node daemon (also used by `pcompile warm`, which starts
+    it before its sandboxed child can: a daemon must never live in the warm's file sandbox)."""
+    from pcompile.pool.launcher import DaemonOptions
+
+    return DaemonOptions(idle_exit=POOL_IDLE_EXIT.get(), job_timeout=POOL_JOB_TIMEOUT.get(), preload=WORKER_PRELOAD)
 
 
 def pool_kind(raw: str | None = None) -> tuple[str, str | None]:
-    """('node'|'ray'|'local'|'off', ray address or None) from PCOMPILE_POOL."""
-    raw = (os.environ.get(ENV_POOL, "") if raw is None else raw).strip()
-    if raw.startswith("ray://"):
-        return "ray", raw
-    low = raw.lower()
-    if low in ("", "node", "daemon", "1", "on"):
-        return "node", None
-    if low == "ray":
-        return "ray", None
-    if low in ("local", "inprocess", "in-process", "threads"):
-        return "local", None
-    if low in ("off", "0", "stock", "none"):
-        return "off", None
-    warn_once(f"pool-kind:{raw}", f"pcompile: {ENV_POOL}={raw!r} is not node, ray, ray://ADDRESS, local or off; using node")
-    return "node", None
+    """('node'|'ray'|'local'|'off', ray address or None) from PCOMPILE_POOL (or `raw`)."""
+    kind = POOL.get() if raw is None else POOL.get({POOL.name: raw})
+    if kind.startswith("ray://"):
+        return "ray", kind
+    return kind, None
 
 
 class _LocalPool:
@@ -113,7 +98,7 @@ class KernelRouter:
         self.settings = settings or Settings.from_env()
         self.kind = kind
         self._store = store
-        self.timeout = _env_float(ENV_JOB_TIMEOUT, 600.0)
+        self.timeout = POOL_JOB_TIMEOUT.get()
         self.counts = {"hit": 0, "waited": 0, "compiled": 0, "uncached": 0, "fallback": 0}
         self._counts_lock = threading.Lock()
         self._waiters = ThreadPoolExecutor(64, thread_name_prefix="pcompile-kernel")
@@ -129,7 +114,7 @@ class KernelRouter:
             try:
                 from pcompile.pool.ray_pool import RayPool
 
-                actors = int(os.environ.get(ENV_RAY_ACTORS) or 0) or None
+                actors = RAY_ACTORS.get() or None
                 # Remote actors use their own cache dirs: the parent's absolute paths mean nothing there.
                 return RayPool(address, actors=actors, job_timeout=self.timeout, preload=WORKER_PRELOAD)
             except Exception as exc:
@@ -137,11 +122,9 @@ class KernelRouter:
                 kind = self.kind = "node"
         if kind == "node":
             from pcompile.pool.client import NodePool
-            from pcompile.pool.launcher import DaemonOptions
 
-            options = DaemonOptions(
-                idle_exit=_env_float(ENV_IDLE_EXIT, DEFAULT_IDLE_EXIT), job_timeout=self.timeout, preload=WORKER_PRELOAD
-            )
+            options = daemon_options()
+            options.job_timeout = self.timeout
             return NodePool(self.settings.cache_dir, options, local_workers=_local_threads(), connect_now=self.eager)
         return _LocalPool(_local_threads())
 
@@ -379,9 +362,7 @@ def _start_eagerly() -> bool:
     """Start the daemon at install time only where Triton kernels are expected (a CUDA device is
     visible, real or virtual), so its workers are warm by the first kernel; a CPU-only process
     (C++ kernels only) starts none: each idle daemon holds a torch-importing forkserver."""
-    from pcompile.config import switch
-
-    chosen = switch(ENV_EAGER)
+    chosen = POOL_EAGER.get()
     if chosen is not None:
         return chosen
     try:
@@ -426,7 +407,7 @@ def install_pool() -> bool:
     Idempotent. Skipped inside pcompile's own workers, with PCOMPILE_POOL=off, with an
     explicit TORCHINDUCTOR_COMPILE_THREADS=1, and on torch/triton versions the gate rejects.
     """
-    if os.environ.get(ENV_IN_WORKER) == "1":
+    if POOL_WORKER.get():
         return False
     kind, address = pool_kind()
     if kind == "off":
