@@ -114,7 +114,8 @@ def test_ray_pool_compiles_the_warms_kernels_on_actors(tmp_path: Path) -> None:
     token, head, other, job = (_subst(c, mapping) for c in block)
     assert head.startswith("ray start --head") and other.startswith(f"ray start --address=127.0.0.1:{port}")
     cache = tmp_path / "cache"
-    base = rc.clean_env(PCOMPILE_CACHE_DIR=str(cache), PCOMPILE_POOL_IDLE_EXIT="10", RAY_USAGE_STATS_ENABLED="0")
+    base = rc.clean_env(PCOMPILE_CACHE_DIR=str(cache), PCOMPILE_POOL_IDLE_EXIT="10", RAY_USAGE_STATS_ENABLED="0",
+                        **({"PCOMPILE_WARM_SANDBOX": os.environ["PCOMPILE_WARM_SANDBOX"]} if "PCOMPILE_WARM_SANDBOX" in os.environ else {}))
     base.update(_exported(token, base))
     # --block keeps the head in a process group of ours, ended below (never `ray stop`: it ends
     # every Ray of this machine, other tests' included)
