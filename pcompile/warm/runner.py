@@ -53,6 +53,21 @@ class WarmResult:
     worker_vdev: list[dict[str, Any]]
     cache_dir: Path
 
+    @property
+    def failed(self) -> bool:
+        return self.exit_code != 0
+
+    def exit_status(self) -> int:
+        """What `pcompile warm` exits with: 0, the script's own status (sys.exit(3) -> 3, an
+        uncaught exception -> 1, as Python), or 1 when the warm itself could not run it."""
+        if not self.failed:
+            return 0
+        for rk in [self.report, *(self.report.get("ranks") or [])]:
+            status = rk.get("script_exit")
+            if isinstance(status, int) and status:
+                return status
+        return 1
+
 
 def inductor_dirs(settings: Settings) -> tuple[Path, Path]:
     """Where the warm child (and the GPU job, through pcompile) keep Inductor's and Triton's caches."""
@@ -154,28 +169,26 @@ def version_warnings(profile: DeviceProfile, local: dict[str, Any]) -> list[str]
     return out
 
 
-def _wait(proc: subprocess.Popen, progress_file: Path, steps: int, timeout: float | None) -> int:
+def _wait(proc: subprocess.Popen, workdir: Path, opts: WarmOptions, settings: Settings, script: Path) -> int:
+    """The child's return code, with the progress line; a stall or a crash raises (watch.py)."""
     from pcompile.progress import progress
+    from pcompile.warm import watch
 
-    start = time.monotonic()
-    seen = 0
-    with progress(total=steps or None, desc="warming") as bar:
-        while True:
-            try:
-                rc = proc.wait(timeout=0.5)
-            except subprocess.TimeoutExpired:
-                rc = None
-            if progress_file.exists():
-                n = len(progress_file.read_text().splitlines())
-                if n > seen:
-                    bar.advance(n - seen)
-                    seen = n
-            if rc is not None:
-                return rc
-            if timeout and time.monotonic() - start > timeout:
-                proc.kill()
-                proc.wait()
-                raise PcompileError(f"warm did not finish within {timeout:.0f}s; raise --timeout or lower --steps")
+    inductor, triton = inductor_dirs(settings)
+    activity = [inductor, triton, inductor / "fxgraph", inductor / "aotautograd"]
+    try:
+        from pcompile.events import log_path
+
+        activity.append(log_path())
+    except Exception:  # events are optional
+        pass
+    w = watch.Watch(proc, workdir / "progress", workdir / "stacks", activity, watch.stall_seconds(),
+                    script=str(script.resolve()), timeout=opts.timeout)
+    with progress(total=opts.steps or None, desc="warming") as bar:
+        rc = w.wait(bar.advance)
+        if rc != 0:
+            bar.fail()
+        return rc
 
 
 def run_warm(opts: WarmOptions) -> WarmResult:
@@ -200,6 +213,7 @@ def run_warm(opts: WarmOptions) -> WarmResult:
     rc, report, workers = results[0]
     if len(results) > 1:
         report["ranks"] = [{"rank": r, "exit_code": code, "status": rep.get("status"), "error": rep.get("error"),
+                            "script_exit": rep.get("script_exit"),
                             "counters": {k: rep.get("counters", {}).get(k, {}) for k in ("inductor", "aot_autograd")}}
                            for r, (code, rep, _) in zip(ranks, results)]
         rc = max(code for code, _, _ in results)
@@ -248,10 +262,13 @@ def _run_rank(opts: WarmOptions, settings: Settings, profile: DeviceProfile, lib
                 "report": str(workdir / "report.json"), "run_dir": str(run_dir / f"rank{rank}" if opts.world_size else run_dir)}
         (workdir / "spec.json").write_text(json.dumps(spec))
         proc = subprocess.Popen([sys.executable, "-m", "pcompile.warm.child", str(workdir / "spec.json")], env=env)
-        rc = _wait(proc, workdir / "progress", opts.steps, opts.timeout)
+        rc = _wait(proc, workdir, opts, settings, script)
         report_path = workdir / "report.json"
         if not report_path.exists():
-            raise PcompileError(f"the warm process died (exit {rc}) before reporting; run again with PCOMPILE_VDEV_TRACE=1 to see native calls")
+            from pcompile.warm import watch
+
+            stacks = (workdir / "stacks").read_text(errors="replace") if (workdir / "stacks").exists() else ""
+            raise watch.crashed(rc, stacks, str(script.resolve()))
         report = json.loads(report_path.read_text())
         workers = [s for s in preload.read_stats_file(workdir / "vdev-stats.jsonl") if s.get("pid") != report.get("vdev", {}).get("pid")]
         return rc, report, workers
