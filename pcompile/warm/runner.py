@@ -177,9 +177,9 @@ def _wait(proc: subprocess.Popen, workdir: Path, opts: WarmOptions, settings: Se
     inductor, triton = inductor_dirs(settings)
     activity = [inductor, triton, inductor / "fxgraph", inductor / "aotautograd"]
     try:
-        from pcompile.events import log_path
+        from pcompile.events import events_dir, job_id
 
-        activity.append(log_path())
+        activity.append(events_dir(settings.cache_dir) / f"{job_id()}.jsonl")  # the child's job id: inherited
     except Exception:  # events are optional
         pass
     w = watch.Watch(proc, workdir / "progress", workdir / "stacks", activity, watch.stall_seconds(),
