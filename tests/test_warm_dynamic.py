@@ -78,15 +78,17 @@ def test_both_lengths_are_warmed_and_a_second_run_compiles_nothing(tmp_path, mod
     # the default 2 steps end at the third backward: both lengths ran forward and backward
     assert rep["steps_done"] == 2 and "step 1 T=16" in log, log[-3000:]
     c = rep["counters"]
-    fx_miss, aot_miss = c["inductor"]["fxgraph_cache_miss"], c["aot_autograd"]["autograd_cache_miss"]
+    fx_miss, aot_saved = c["inductor"]["fxgraph_cache_miss"], c["aot_autograd"]["autograd_cache_saved"]
+    aot_restarts = c["aot_autograd"]["autograd_cache_miss"] - aot_saved  # lookups Dynamo restarts: stock misses them too
     # dynamic=True: one forward and one backward graph serve both lengths; automatic dynamic: the
     # static graph for 32, then the dynamic recompile for 16 (which 32 then reuses)
-    assert (fx_miss, aot_miss) == ((2, 1) if mode == "true" else (4, 2)), (c, log[-3000:])
+    assert (fx_miss, aot_saved) == ((2, 1) if mode == "true" else (4, 2)), (c, log[-3000:])
     assert ("Recompiling" in log) == (mode == "auto"), log[-3000:]
 
     rc, res2, log = warm(job, cache, mode)
     c2 = res2["report"]["counters"]
     assert rc == 0, log[-3000:]
     assert c2["inductor"].get("fxgraph_cache_miss", 0) == 0 and c2["inductor"]["fxgraph_cache_hit"] == fx_miss, c2
-    assert c2["aot_autograd"].get("autograd_cache_miss", 0) == 0 and c2["aot_autograd"]["autograd_cache_hit"] == aot_miss, c2
+    assert c2["aot_autograd"]["autograd_cache_hit"] == aot_saved, c2
+    assert c2["aot_autograd"].get("autograd_cache_miss", 0) == aot_restarts and not c2["aot_autograd"].get("autograd_cache_saved"), c2
     assert res2["written"] == {"fxgraph": 0, "aotautograd": 0, "triton": 0}

@@ -40,6 +40,8 @@ CPU_BUSY_FRACTION = 0.02  # less CPU than this share of one core over the window
 
 
 class WarmStalled(PcompileError):
+    """No progress for the stall time, or past --timeout: stopped (exit 124, as timeout(1))."""
+
     exit_code = EXIT_STALLED
 
 
@@ -168,9 +170,9 @@ class Watch:
                     last_progress = now
                     cpu, marks = cpu_now, marks_now
             if self.timeout and now - start > self.timeout:
-                kill_tree(self.proc.pid)
-                self.proc.wait()
-                raise PcompileError(f"warm did not finish within {self.timeout:.0f}s; raise --timeout or lower --steps")
+                stacks = self._stop()
+                raise WarmStalled(f"warm did not finish within {self.timeout:.0f}s after {steps} steps; raise --timeout or "
+                                  "lower --steps. Every thread's Python stack at the stop follows\n" + _indent(stacks))
             if self.stall_seconds and now - last_progress > self.stall_seconds:
                 raise WarmStalled(self._stalled(now - last_progress, steps))
 
@@ -190,10 +192,15 @@ class Watch:
                 return self.stacks_file.read_text(errors="replace")[size:]
         return ""
 
-    def _stalled(self, idle: float, steps: int) -> str:
+    def _stop(self) -> str:
+        """Every thread's stack, then the child's whole process tree killed."""
         stacks = self.stacks()
         kill_tree(self.proc.pid)
         self.proc.wait()
+        return stacks
+
+    def _stalled(self, idle: float, steps: int) -> str:
+        stacks = self._stop()
         site = script_line(stacks, self.script) if stacks else None
         return (f"the warm made no progress for {idle:.0f} s (no training step, no compile, no CPU use) after {steps} steps"
                 + (f"; the script waits at {site}" if site else "")
