@@ -170,9 +170,8 @@ def after(func: Any, args: Any, kwargs: Any, out: Any) -> None:
     have them (output size permitting); drop the shadows of tensors written from placeholders."""
     outs = tree_flatten(out)[0]
     if any(isinstance(o, torch.Tensor) and o.numel() > SIZE_LIMIT for o in outs):
-        ok, cpu = False, None
-    else:
-        ok, cpu = run_on_shadows(func, args, kwargs)
+        return  # too big for a shadow; what it wrote is among its outputs, so had none either
+    ok, cpu = run_on_shadows(func, args, kwargs)
     if not ok:
         for t in written_tensors(func, args, kwargs):
             SHADOWS.drop(t)
