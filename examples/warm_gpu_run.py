@@ -37,7 +37,7 @@ def main() -> None:
 
         pcompile.install()
     if os.environ.get("PCOMPILE_AOT_KEY_DUMP"):
-        from pcompile.inductor.compat.warm_runtime import dump_aot_keys
+        from pcompile.compat.warm_runtime import dump_aot_keys
 
         dump_aot_keys(os.environ["PCOMPILE_AOT_KEY_DUMP"])
     sys.argv = [a.script, *a.args]

@@ -39,7 +39,7 @@ import torch
 if sys.argv[1] == "install":
     import pcompile
     pcompile.install()
-from pcompile.inductor.compat import compile_wrapper
+from pcompile.compat import compile_wrapper
 routed_before_compile = compile_wrapper.routed()
 x = torch.randn(16)
 y = torch.compile(lambda v: (v * 3).tanh() + 1)(x)

@@ -8,8 +8,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from pcompile.inductor import compat
-from pcompile.inductor.compat import backward_graph
+from pcompile import compat
+from pcompile.compat import backward_graph
 
 STAGES = ("_aot_stage2a_partition", "_aot_stage2b_bw_compile")
 

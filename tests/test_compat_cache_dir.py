@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from pcompile.inductor import _testing as t
-from pcompile.inductor.compat import cache_dir as compat
+from pcompile.compat import cache_dir as compat
 
 
 def test_check_passes_on_this_torch() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from pcompile.inductor.compat import compile_wrapper as compat
+from pcompile.compat import compile_wrapper as compat
 
 
 def test_check_passes_on_this_torch() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 
-from pcompile.inductor.compat import cpp_compile as compat
+from pcompile.compat import cpp_compile as compat
 
 
 def test_check_passes_on_this_torch() -> None:

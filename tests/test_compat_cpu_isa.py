@@ -1,7 +1,7 @@
 """compat/cpu_isa.py: Inductor still reports the vector ISA its C++ kernels are generated for."""
 from __future__ import annotations
 
-from pcompile.inductor.compat import cpu_isa as compat
+from pcompile.compat import cpu_isa as compat
 
 
 def test_check_passes_on_this_torch() -> None:

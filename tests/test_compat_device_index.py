@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
-from pcompile.inductor import compat
-from pcompile.inductor.compat import device_index as di
+from pcompile import compat
+from pcompile.compat import device_index as di
 
 WRAPPER = """
     with torch.cuda._DeviceGuard(1):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 
-from pcompile.inductor.compat import dynamo_package as compat
+from pcompile.compat import dynamo_package as compat
 
 
 def test_check_passes_on_this_torch() -> None:
@@ -58,7 +58,7 @@ def test_a_recorded_dispatch_state_is_forced_while_a_program_installs() -> None:
     program's guards are built under, whatever the torch.compile() caller has on."""
     import torch
 
-    from pcompile.inductor.compat import dynamo_package
+    from pcompile.compat import dynamo_package
 
     with torch.autocast("cpu", dtype=torch.bfloat16):
         state = [torch._C._dispatch_tls_local_include_set().raw_repr(), torch._C._dispatch_tls_local_exclude_set().raw_repr()]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from pcompile.inductor.compat import fake_tensor
+from pcompile.compat import fake_tensor
 
 
 def test_check_passes_on_this_torch() -> None:

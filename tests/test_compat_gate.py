@@ -5,7 +5,8 @@ import warnings
 
 import pytest
 
-from pcompile.inductor import compat, gate
+from pcompile import compat
+from pcompile.compat import gate
 
 
 def test_every_compat_module_works_on_this_torch() -> None:
@@ -35,3 +36,13 @@ def test_refusal_warns_once(monkeypatch: pytest.MonkeyPatch) -> None:
         warnings.simplefilter("always")
         assert not gate.supported() and not gate.supported() and not gate.supported()
     assert len([w for w in caught if issubclass(w.category, gate.PcompileFallbackWarning)]) == 1
+
+
+def test_gate_check_raises_outside_the_ranges(monkeypatch: pytest.MonkeyPatch) -> None:
+    """gate.check() follows the compat contract: None inside the ranges, CompatError naming the version outside."""
+    monkeypatch.delenv(gate.ENV_PRETEND_TORCH, raising=False)
+    monkeypatch.delenv(gate.ENV_PRETEND_TRITON, raising=False)
+    gate.check()
+    monkeypatch.setenv(gate.ENV_PRETEND_TORCH, "3.0.0")
+    with pytest.raises(compat.CompatError, match="torch 3.0.0"):
+        gate.check()

@@ -6,7 +6,7 @@ import inspect
 
 import pytest
 
-from pcompile.inductor.compat import lazy_backward as compat
+from pcompile.compat import lazy_backward as compat
 
 
 def test_check_passes_on_this_torch() -> None:

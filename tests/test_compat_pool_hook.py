@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pcompile.inductor.compat import pool_hook  # noqa: E402
+from pcompile.compat import pool_hook  # noqa: E402
 
 
 def test_check_passes_on_this_torch() -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from pcompile.inductor.compat import profiler_state
+from pcompile.compat import profiler_state
 
 
 def test_check_passes_on_this_torch() -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from pcompile.inductor.compat import remote_cache as compat
+from pcompile.compat import remote_cache as compat
 
 
 def test_check_passes_on_this_torch() -> None:

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("triton")
 
-from pcompile.inductor.compat import triton_build  # noqa: E402
+from pcompile.compat import triton_build  # noqa: E402
 from pcompile.keys import Target, fingerprint  # noqa: E402
 
 

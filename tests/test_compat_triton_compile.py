@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("triton")
 
-from pcompile.inductor.compat import triton_compile as compat  # noqa: E402
+from pcompile.compat import triton_compile as compat  # noqa: E402
 
 
 def test_check_passes_on_this_torch() -> None:

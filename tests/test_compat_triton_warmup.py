@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_the_triton_api_it_uses_is_still_there():
-    from pcompile.inductor.compat import triton_warmup
+    from pcompile.compat import triton_warmup
 
     triton_warmup.check()  # raises CompatError naming what moved in this triton
     assert triton_warmup.has_cuda_backend(), "this triton has no CUDA backend: the warm-up cannot compile for sm_90"
@@ -30,7 +30,7 @@ def test_the_triton_api_it_uses_is_still_there():
 def test_warm_compiles_a_cubin_without_a_driver_and_leaves_nothing_behind(tmp_path):
     code = r"""
 import glob, json, os, sys, tempfile
-from pcompile.inductor.compat import triton_warmup
+from pcompile.compat import triton_warmup
 before = set(glob.glob(os.path.join(tempfile.gettempdir(), "pcompile-triton-warmup-*")))
 result = triton_warmup.warm()
 import torch

@@ -64,7 +64,7 @@ for _ in range(2):
 
 from torch._dynamo.utils import counters
 from torch._inductor.codecache import PyCodeCache
-from pcompile.inductor.compat import device_index as compat
+from pcompile.compat import device_index as compat
 from pcompile.vdev import preload
 wrappers = {}
 for mod in PyCodeCache.modules:

@@ -35,7 +35,7 @@ if mode == "save":
 elif mode == "predict":
     import types
     from pcompile.inductor import remote_backend
-    from pcompile.inductor.compat import autotune_choice
+    from pcompile.compat import autotune_choice
     # the two attributes of a CachingAutotuner the prediction reads, around a real AutotuneCache
     kernel = types.SimpleNamespace(save_cache_hook=cache.save, inductor_meta=meta, configs=configs)
     out["published"] = autotune_choice.publish_prediction(kernel, remote_backend.predicting)
@@ -90,7 +90,7 @@ def test_reduction_prediction_is_inductors_deterministic_pick() -> None:
     from torch._inductor.runtime.triton_compat import Config
     from torch._inductor.runtime.triton_heuristics import filter_reduction_configs_for_determinism
 
-    from pcompile.inductor.compat import autotune_choice
+    from pcompile.compat import autotune_choice
 
     configs = [Config({"XBLOCK": 1, "R0_BLOCK": 2048}, num_warps=16, num_stages=1),
                Config({"XBLOCK": 64, "R0_BLOCK": 8}, num_warps=4, num_stages=1),
@@ -103,7 +103,7 @@ def test_reduction_prediction_is_inductors_deterministic_pick() -> None:
 
 
 def test_autotune_choice_compat_check_passes_here() -> None:
-    from pcompile.inductor.compat import autotune_choice
+    from pcompile.compat import autotune_choice
 
     autotune_choice.check()
 
@@ -113,7 +113,7 @@ def test_why_no_prediction_is_named() -> None:
 
     from torch._inductor.runtime.triton_compat import Config
 
-    from pcompile.inductor.compat import autotune_choice
+    from pcompile.compat import autotune_choice
 
     two = [Config({"XBLOCK": 128}, num_warps=4, num_stages=1), Config({"XBLOCK": 64}, num_warps=4, num_stages=1)]
     assert "no autotune cache" in autotune_choice.why_not(types.SimpleNamespace(configs=two))

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from pcompile.inductor import env
-from pcompile.inductor.compat import cache_dir
+from pcompile.compat import cache_dir
 
 
 @pytest.fixture

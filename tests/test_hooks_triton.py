@@ -50,7 +50,7 @@ SCRIPT = r'''
 import json, os, sys
 from pcompile.inductor import hooks
 assert hooks.install_hooks() and "kernel.triton" in hooks.state.layers, hooks.state
-from pcompile.inductor.compat.triton_compile import compile_kernel_source
+from pcompile.compat.triton_compile import compile_kernel_source
 kernel, _ = compile_kernel_source("triton_poi_fused_relu_0", open(sys.argv[1]).read())
 from pcompile.inductor import flight
 from pcompile.store.tiered import default_store

@@ -12,7 +12,7 @@ import sys
 
 def test_prewarm_installs_the_autotune_backend_in_a_fresh_interpreter(tmp_path):
     code = (
-        "import pcompile.pool.prewarm\n"
+        "import pcompile.inductor.worker_prewarm\n"
         "from torch._inductor.remote_cache import RemoteAutotuneCache\n"
         "cls = RemoteAutotuneCache.backend_override_cls\n"
         "print(cls.__module__ if cls else None)\n"
@@ -46,7 +46,7 @@ def test_pool_workers_inherit_the_forkserver_triton_warmup(tmp_path, monkeypatch
     import pytest
 
     pytest.importorskip("triton")
-    from pcompile.inductor.compat import triton_warmup
+    from pcompile.compat import triton_warmup
     from pcompile.inductor.pool_install import WORKER_PRELOAD
     from pcompile.pool.client import NodePool
     from pcompile.pool.launcher import DaemonOptions

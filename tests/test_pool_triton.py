@@ -105,7 +105,7 @@ print(json.dumps({"kernels": described, "counts": pool_install.counts(), "pool":
 
 def test_compat_checks_pass_on_this_torch() -> None:
     """Fails loudly when a torch version moves one of the private APIs the hook relies on."""
-    from pcompile.inductor.compat import pool_hook
+    from pcompile.compat import pool_hook
 
     pool_hook.check()
     source = json.loads(DATA.read_text())["kernels"][0]["source"]
@@ -123,7 +123,7 @@ def test_kernels_compile_for_sm90_in_the_node_pool_and_land_in_the_store(env: di
     second = run(COMPILE_ALL + textwrap.dedent("""
         from pcompile.config import Settings
         from pcompile.store.tiered import Store
-        from pcompile.inductor.compat import pool_hook
+        from pcompile.compat import pool_hook
         r = pool_install.KernelRouter("local")  # only for its key_for()
         store = Store.open(Settings.from_env())
         found = []
@@ -234,7 +234,7 @@ def test_worker_killed_mid_compile_does_not_fail_the_compile(env: dict[str, str]
 def test_unknown_torch_version_pool_off_and_serial_compile_all_leave_inductor_stock(env: dict[str, str]) -> None:
     out = run(
         """
-        from pcompile.inductor.compat import pool_hook
+        from pcompile.compat import pool_hook
         os.environ["PCOMPILE_PRETEND_TORCH_VERSION"] = "2.99.0"
         unknown = [pool_install.install_pool() for _ in range(3)]
         del os.environ["PCOMPILE_PRETEND_TORCH_VERSION"]

@@ -22,7 +22,7 @@ def test_compat_readme_table_is_up_to_date() -> None:
 
 def test_no_private_name_is_touched_outside_compat() -> None:
     stray = [f"{r.owner}: {r.name}" for r in private_surface.outside_compat(private_surface.scan())]
-    assert stray == [], "move these behind pcompile/inductor/compat/ (one module per concern):\n" + "\n".join(stray)
+    assert stray == [], "move these behind pcompile/compat/ (one module per concern):\n" + "\n".join(stray)
 
 
 def test_every_compat_module_records_what_it_was_checked_against_and_has_a_test() -> None:

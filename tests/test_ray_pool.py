@@ -115,7 +115,7 @@ def test_triton_kernels_for_sm90_compile_on_ray_actors_and_land_in_the_store(clu
     from torch._inductor.codecache import _load_triton_kernel_from_source
     from pcompile.config import Settings
     from pcompile.store.tiered import Store
-    from pcompile.inductor.compat import pool_hook
+    from pcompile.compat import pool_hook
     kernels = json.load(open({str(data)!r}))["kernels"]
     assert pool_install.install_pool()
     pool = ac.AsyncCompile.process_pool()

@@ -129,14 +129,14 @@ ATTACKS: dict[str, Callable[[dict[str, Any], Entry, Path], None]] = {
 def test_poisoned_entry_is_refused_before_deserialisation(
     attack: str, kind: str, redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pcompile.store.redis_tier import RedisTier
+    from pcompile.store.redis_backend import RedisBackend
 
     keys = make_keys(kind, tmp_path / "keys")
     good = make_entry("graph", 0, 2000)
     writer = open_store(monkeypatch, tmp_path / "writer", redis_server.url, **keys.writer)
     _publish(writer, good)
     env = {
-        "raw": RedisTier.from_url(redis_server.url, timeout=5),  # the attacker: write access, no keys
+        "raw": RedisBackend.from_url(redis_server.url, timeout=5),  # the attacker: write access, no keys
         "other_store": open_store(monkeypatch, tmp_path / "other", redis_server.url, **keys.other),
     }
     marker = tmp_path / "PWNED"
@@ -255,7 +255,7 @@ def test_consumer_that_can_only_verify_never_publishes_to_shared(tmp_path: Path,
 
 
 def test_signing_on_s3(moto_server: MotoServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pcompile.store.s3_tier import S3Tier
+    from pcompile.store.s3_backend import S3Backend
 
     bucket = moto_server.make_bucket()
     url = f"s3://{bucket}/signed"
@@ -264,7 +264,7 @@ def test_signing_on_s3(moto_server: MotoServer, tmp_path: Path, monkeypatch: pyt
     good, planted = make_entry("kernel", 1, 1000), make_entry("kernel", 2, 1000)
     writer = open_store(monkeypatch, tmp_path / "w", url, **keys.writer, **extra)
     _publish(writer, good)
-    raw = S3Tier("pcompile-cache", "signed", timeout=5, endpoint_url=moto_server.endpoint)
+    raw = S3Backend("pcompile-cache", "signed", timeout=5, endpoint_url=moto_server.endpoint)
     for data in planted.blobs.values():
         raw.write_blob(blob_hash(data), data)
     raw.write_manifest(planted.key, Manifest.for_entry(planted).encode())  # unsigned

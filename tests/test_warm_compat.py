@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pcompile.inductor.graph_normalize import normalize_placeholder_types
-from pcompile.inductor.compat import warm_fakes, warm_runtime, warm_timings
+from pcompile.compat import warm_fakes, warm_runtime, warm_timings
 from pcompile.warm import reads
 
 
@@ -17,7 +17,7 @@ from pcompile.warm import reads
 #: checked (test_the_whole_check_covers_every_warm_module then fails on the omission)
 @pytest.mark.parametrize("name", ("warm_runtime", "warm_fakes", "warm_launches", "warm_timings", "warm_training", "warm_values"))
 def test_private_apis_present_in_this_torch(name):
-    module = importlib.import_module(f"pcompile.inductor.compat.{name}")
+    module = importlib.import_module(f"pcompile.compat.{name}")
     assert warm_runtime.version_supported(), f"torch {torch.__version__} outside {warm_runtime.SUPPORTED}"
     assert module.check() == [], f"private torch APIs used by pcompile warm moved; update {module.__file__}"
 
@@ -153,7 +153,7 @@ def test_host_data_keeps_its_values_and_model_state_stays_a_placeholder(scoped):
     """compat/warm_values.py: tensors made from host data compute for real through cheap ops
     (uncounted); parameters, random and uninitialised tensors, big tensors and anything a
     placeholder writes into read as zeros (counted)."""
-    from pcompile.inductor.compat import warm_values
+    from pcompile.compat import warm_values
 
     mode, seen = scoped
     labels = torch.tensor([[1, -100, 3], [-100, 5, 6]])

@@ -52,12 +52,12 @@ def barrier():
 STOCK = COMMON + """
 import multiprocessing, resource
 from concurrent.futures import ProcessPoolExecutor
-from pcompile.inductor.compat import pool_hook   # the stock worker (+ 2.11's driver no-op)
+from pcompile.inductor import triton_jobs  # the stock worker (+ 2.11's driver no-op) and its software report
 ex = ProcessPoolExecutor(WORKERS, mp_context=multiprocessing.get_context("fork"))
 list(ex.map(abs, range(4 * WORKERS)))
 barrier()
 t0 = time.perf_counter()
-futures = [ex.submit(pool_hook.run_triton_job, k["name"], k["source"], EXTRA_ENV, EXTRA_CONFIG) for k in KERNELS]
+futures = [ex.submit(triton_jobs.run_triton_job, k["name"], k["source"], EXTRA_ENV, EXTRA_CONFIG) for k in KERNELS]
 for f in futures:
     f.result()
 wall = time.perf_counter() - t0

@@ -154,7 +154,7 @@ def measure_triton() -> dict:
     from torch._inductor.codecache import _load_triton_kernel_from_source
     from torch._inductor.runtime.compile_tasks import _worker_compile_triton
 
-    from pcompile.inductor.compat import pool_hook
+    from pcompile.compat import pool_hook
 
     per_kernel = []
     t1 = time.perf_counter()

@@ -1,11 +1,11 @@
-"""List every private torch/triton name pcompile's package touches; write pcompile/inductor/compat/README.md.
+"""List every private torch/triton name pcompile's package touches; write pcompile/compat/README.md.
 
     python tools/private_surface.py           # rewrite the table
     python tools/private_surface.py --check   # exit 1 if the committed table is stale (tests run this)
 
 Why: the private surface is what breaks on a torch/triton upgrade. Keeping it in one generated
 table, each name with the module that owns it and the versions that module was read against,
-makes the surface visible and a new touch outside `pcompile/inductor/compat/` a test failure
+makes the surface visible and a new touch outside `pcompile/compat/` a test failure
 (tests/test_private_surface.py).
 
 What counts as private: a torch name with a component starting with "_" (not a dunder), and any
@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "pcompile"
-COMPAT = PACKAGE / "inductor" / "compat"
+COMPAT = PACKAGE / "compat"
 TABLE = COMPAT / "README.md"
 ROOTS = ("torch", "triton")
 #: triton's documented Python API (triton-lang.org "triton" and "triton.language" pages).

@@ -3,7 +3,7 @@
 `record_function` costs ~10 us even with no profiler active, and inside a make_fx/proxy trace
 it would be recorded into the traced graph (changing graph hashes and so cache keys). So a
 range is opened only when a profiler is on and no dispatch mode (fake/proxy tracing) is active.
-The two checks use private torch names, owned by pcompile/inductor/compat/profiler_state.py
+The two checks use private torch names, owned by pcompile/compat/profiler_state.py
 (tests/test_compat_profiler_state.py fails loudly if they move).
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 
 def _probe() -> tuple[Callable[[], bool], Callable[[], Any]] | None:
-    from pcompile.inductor.compat.profiler_state import probes
+    from pcompile.compat.profiler_state import probes
 
     return probes()
 

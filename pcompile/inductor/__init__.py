@@ -3,6 +3,5 @@
 backend.py   the dynamo backend (entry point torch_dynamo_backends: pcompile)
 install.py   install(): route an unchanged torch.compile(m) through pcompile
 autoload.py  PCOMPILE=1 through torch's `torch.backends` plugin autoload
-hooks.py     turns each cache layer on, gated by version and by compat checks
-compat/      every private torch/triton API pcompile touches, one module per concern
+hooks.py     turns each cache layer on, gated by version and by compat checks (pcompile/compat/)
 """

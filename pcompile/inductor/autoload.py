@@ -25,7 +25,8 @@ def autoload() -> None:
     if not requested():
         return
     try:
-        from pcompile.inductor import env, gate
+        from pcompile.compat import gate
+        from pcompile.inductor import env
 
         if not gate.supported():
             return  # warned once: this torch/triton runs stock Inductor

@@ -16,8 +16,9 @@ import importlib
 import importlib.util
 from typing import Any, Iterator
 
-from pcompile.inductor import backward_ahead, flight, gate, hooks, private_dir
-from pcompile.inductor import compat
+from pcompile.compat import gate
+from pcompile.inductor import backward_ahead, flight, hooks, private_dir
+from pcompile import compat
 from pcompile.inductor.timing import span
 
 _ALLOWED = {"mode", "options", "dynamic", "config_patches", "name"}  # name: torch 2.15 forwards torch.compile(name=)
@@ -26,7 +27,7 @@ _ALLOWED = {"mode", "options", "dynamic", "config_patches", "name"}  # name: tor
 # the same when torch.compile resolves backend="pcompile" (this import), so the first step pays
 # for compiling, not for importing (~1-2 s of module loading).
 try:
-    from pcompile.inductor.compat import compile_wrapper as _wrapper
+    from pcompile.compat import compile_wrapper as _wrapper
 
     _wrapper.import_compiler()
 except Exception:  # pragma: no cover - an import error shows up again, with context, at compile
@@ -71,7 +72,7 @@ def compile_scope(gm: Any) -> Iterator[None]:
     normalize(gm)
     eager: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
     if compat.check("lazy_backward") is None:
-        from pcompile.inductor.compat import lazy_backward
+        from pcompile.compat import lazy_backward
 
         eager = lazy_backward.eager_backward()
     with span("graph_compile", key=_graph_name(gm), backend="pcompile") as ev, flight.scope() as sc, eager, \
@@ -83,7 +84,7 @@ def compile_scope(gm: Any) -> Iterator[None]:
 
 def _stock(gm: Any, example_inputs: Any, mode: str | None, options: dict[str, Any] | None,
            dynamic: bool | None, config_patches: dict[str, Any] | None, name: str | None = None) -> Any:
-    from pcompile.inductor.compat import compile_wrapper
+    from pcompile.compat import compile_wrapper
 
     if compat.check("compile_wrapper") is None:
         wrapper = compile_wrapper.make(mode, options, dynamic, name)
@@ -119,7 +120,7 @@ def pcompile_backend(gm: Any, example_inputs: Any, **kwargs: Any) -> Any:
 
 def _reset() -> None:
     """torch._dynamo.reset() calls this, as it calls the inductor wrapper's reset."""
-    from pcompile.inductor.compat import compile_wrapper
+    from pcompile.compat import compile_wrapper
 
     compile_wrapper.reset_cudagraph_trees()
 

@@ -384,7 +384,7 @@ def on_partition(part: Any) -> None:
         log.info("pcompile: backward not compiled ahead: %s", part.why_not)
         emit("backward_ahead", now(), 0.0, outcome="skipped", reason=part.why_not)
         return
-    from pcompile.inductor.compat import backward_graph
+    from pcompile.compat import backward_graph
 
     t0 = now()
     guessed = part.predicted.inputs or backward_graph.placeholder_vals(part.bw_module)
@@ -408,7 +408,7 @@ def around_backward(bw_module: Any, placeholders: list[Any]) -> Iterator[None]:
     if job is None:
         yield
         return
-    from pcompile.inductor.compat import backward_graph
+    from pcompile.compat import backward_graph
 
     t0 = now()
     w = worker()

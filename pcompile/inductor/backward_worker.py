@@ -52,7 +52,7 @@ def _on_lookup(kind: str, key: str, outcome: str) -> None:
 
 def _run(job_id: int, data: bytes) -> None:
     from pcompile.inductor import flight
-    from pcompile.inductor.compat import backward_graph
+    from pcompile.compat import backward_graph
 
     _current.update(id=job_id, claimed=False)
     t0 = time.perf_counter()
@@ -70,7 +70,7 @@ def _run(job_id: int, data: bytes) -> None:
 def _prewarm() -> None:
     """What the first graph would otherwise pay on the critical path: pcompile's key fingerprints
     (software hash, device probe, CPU ISA probe) and Inductor's one-time set-up."""
-    from pcompile.inductor.compat import backward_graph
+    from pcompile.compat import backward_graph
     from pcompile.inductor.layer_keys import layer_fingerprint
 
     for kind in ("graph", "autograd", "triton", "autotune"):

@@ -15,7 +15,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from pcompile.inductor import flight
-from pcompile.inductor.compat import cpp_compile as compat
+from pcompile.compat import cpp_compile as compat
 from pcompile.inductor.layer_keys import store_key
 
 BLOB = "lib"

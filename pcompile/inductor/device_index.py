@@ -95,7 +95,7 @@ def home_for_key(gm: Any, example_inputs: Any) -> int | None:
     has no CUDA tensor input (the load then binds to the current device) or names an unindexed
     "cuda" (which tracing resolves to the current device). Never under the C++ wrapper.
     """
-    from pcompile.inductor.compat import device_index as compat
+    from pcompile.compat import device_index as compat
 
     if compat.cpp_wrapper_on():
         return None
@@ -124,7 +124,7 @@ def key_scope(gm: Any, example_inputs: Any) -> Iterator[None]:
         if home is None:
             yield
         else:
-            from pcompile.inductor.compat import device_index as compat
+            from pcompile.compat import device_index as compat
 
             note("normalised")
             with compat.mapped_graph(gm, home):
@@ -176,12 +176,12 @@ def install() -> str | None:
     """Turn normalisation on in this process; None if on, else why not."""
     if not enabled():
         return f"{ENV}=keep"
-    from pcompile.inductor import compat
+    from pcompile import compat
 
     reason = compat.check("device_index")
     if reason is not None:
         return reason
-    from pcompile.inductor.compat import device_index
+    from pcompile.compat import device_index
 
     device_index.install(_Policy())
     return None
@@ -191,10 +191,10 @@ def install_autotune_key() -> None:
     """The autotune half only (compile workers: they look autotune entries up, nothing else)."""
     if not enabled():
         return
-    from pcompile.inductor import compat
+    from pcompile import compat
 
     if compat.check("device_index") is None:
-        from pcompile.inductor.compat import device_index
+        from pcompile.compat import device_index
 
         device_index.install_autotune_key()
 
@@ -203,7 +203,7 @@ def kernel_key_source(source: str) -> str:
     """What a Triton kernel's store key hashes: its source as for cuda:0 (unless turned off)."""
     if not enabled():
         return source
-    from pcompile.inductor.compat import device_index
+    from pcompile.compat import device_index
 
     return device_index.canonical_kernel_source(source)
 
@@ -212,13 +212,13 @@ def bind_kernel(kernel: Any, index: int | None) -> None:
     """A compiled kernel from the store, bound to the device its requester compiles for."""
     if index is None or not enabled():
         return
-    from pcompile.inductor.compat import device_index
+    from pcompile.compat import device_index
 
     if device_index.rebind_autotuner(kernel, index):
         note("kernel_rebound")
 
 
 def uninstall() -> None:
-    from pcompile.inductor.compat import device_index
+    from pcompile.compat import device_index
 
     device_index.uninstall()

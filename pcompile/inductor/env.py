@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 
 from pcompile.config import Settings
-from pcompile.inductor.gate import warn_once
+from pcompile.compat.gate import warn_once
 
 ENV_INDUCTOR_DIR = "TORCHINDUCTOR_CACHE_DIR"
 ENV_TRITON_DIR = "TRITON_CACHE_DIR"
@@ -28,7 +28,7 @@ def inductor_dir(settings: Settings | None = None) -> str:
 
 def _set_by_torch(value: str) -> bool:
     """True if `value` is torch's own default (torch writes it into the environment on import)."""
-    from pcompile.inductor.compat import cache_dir
+    from pcompile.compat import cache_dir
 
     default = cache_dir.torch_default_dir()
     return default is not None and os.path.abspath(value) == default

@@ -25,7 +25,7 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
-from pcompile.inductor.gate import warn_once
+from pcompile.compat.gate import warn_once
 from pcompile.inductor.layer_keys import store_key
 from pcompile.inductor.timing import emit, now, span
 from pcompile.keys import Key

@@ -12,7 +12,7 @@ import torch
 
 
 def _is_fake(value: object) -> bool:
-    from pcompile.inductor.compat.fake_tensor import is_fake
+    from pcompile.compat.fake_tensor import is_fake
 
     return is_fake(value)
 
@@ -33,7 +33,7 @@ def _canonical_type(node: torch.fx.Node) -> type | None:
 
 
 def _is_fake_type(tp: type) -> bool:
-    from pcompile.inductor.compat.fake_tensor import is_fake_type
+    from pcompile.compat.fake_tensor import is_fake_type
 
     return is_fake_type(tp)
 

@@ -16,8 +16,9 @@ import logging
 import os
 import threading
 
-from pcompile.inductor import env, gate
-from pcompile.inductor import compat
+from pcompile.compat import gate
+from pcompile.inductor import env
+from pcompile import compat
 
 log = logging.getLogger("pcompile.inductor")
 
@@ -90,7 +91,7 @@ def _install_remote(layers: list[str], stock: dict[str, str]) -> None:
             stock[layer] = reason
         return
     from pcompile.inductor import remote_backend
-    from pcompile.inductor.compat import remote_cache
+    from pcompile.compat import remote_cache
 
     remote_backend.install()
     keep_local = os.environ.get(ENV_KEEP_LOCAL, "").strip().lower() in {"1", "true", "yes", "on"}
@@ -163,7 +164,7 @@ def _install_backward_ahead() -> None:
     if reason is not None:
         gate.warn_once("backward_graph", f"pcompile: backward graphs compile after their forward in this torch ({reason})")
         return
-    from pcompile.inductor.compat import backward_graph
+    from pcompile.compat import backward_graph
 
     backward_graph.install(backward_ahead.on_partition, backward_ahead.around_backward)
     from pcompile.inductor import flight
@@ -176,7 +177,7 @@ def _install_key_dump() -> None:
     """PCOMPILE_DEBUG_FX_KEYS=DIR: Inductor's description of every FX graph key, one file each."""
     directory = os.environ.get("PCOMPILE_DEBUG_FX_KEYS", "").strip()
     if directory and compat.check("backward_graph") is None:
-        from pcompile.inductor.compat import backward_graph
+        from pcompile.compat import backward_graph
 
         backward_graph.dump_fx_keys(directory)
 
@@ -198,7 +199,7 @@ def uninstall_hooks() -> None:
 
             device_index.uninstall()
         if compat.check("backward_graph") is None:
-            from pcompile.inductor.compat import backward_graph
+            from pcompile.compat import backward_graph
 
             backward_graph.uninstall()
         state.decided = False

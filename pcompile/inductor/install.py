@@ -10,7 +10,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from pcompile.inductor import compat, hooks
+from pcompile import compat
+from pcompile.inductor import hooks
 
 _lock = threading.Lock()
 
@@ -37,7 +38,7 @@ def route_default_backend() -> bool:
     Only the class's shape is checked here: this also runs while `import torch` is finishing
     (PCOMPILE=1), when building a wrapper would import Inductor too early.
     """
-    from pcompile.inductor.compat import CompatError, compile_wrapper
+    from pcompile.compat import CompatError, compile_wrapper
 
     with _lock:
         try:
@@ -60,7 +61,7 @@ def install() -> bool:
     if not hooks.install_hooks():
         return False
     if not route_default_backend():
-        from pcompile.inductor import gate
+        from pcompile.compat import gate
 
         gate.warn_once("route", "pcompile: cannot route torch.compile's default backend in this torch; "
                        "use torch.compile(m, backend='pcompile') (the caches are on either way)")
@@ -70,7 +71,7 @@ def install() -> bool:
 def uninstall() -> None:
     """Undo install() (tests)."""
     if compat.check("compile_wrapper") is None:
-        from pcompile.inductor.compat import compile_wrapper
+        from pcompile.compat import compile_wrapper
 
         compile_wrapper.unroute()
     hooks.uninstall_hooks()

@@ -32,7 +32,7 @@ def _graph_fingerprint() -> dict[str, str]:
     target = Target.current()
     extra: dict[str, str] = {"inductor_layer": "graph"}
     if target.arch == "cpu":
-        from pcompile.inductor.compat import cpu_isa
+        from pcompile.compat import cpu_isa
 
         try:
             extra["cpu_isa"] = cpu_isa.vec_isa()
@@ -42,7 +42,7 @@ def _graph_fingerprint() -> dict[str, str]:
 
 
 def _cpp_fingerprint() -> dict[str, str]:
-    from pcompile.inductor.compat import cpp_compile
+    from pcompile.compat import cpp_compile
 
     return fingerprint(Target("cpu", versions.machine()), {"inductor_layer": "cpp", "cxx": cpp_compile.compiler_id()})
 

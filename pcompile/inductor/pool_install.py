@@ -30,8 +30,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
 from pcompile.config import Settings
-from pcompile.inductor import device_index
-from pcompile.inductor.compat import pool_hook
+from pcompile.inductor import device_index, triton_jobs
+from pcompile.compat import pool_hook
 from pcompile.keys import Target, fingerprint, make_key
 from pcompile.keys.key import Key, KeyInputs, canonical_json
 from pcompile.pool.client import warn_once
@@ -48,7 +48,7 @@ ENV_EAGER = "PCOMPILE_POOL_EAGER"
 DEFAULT_IDLE_EXIT = 120.0
 ARTIFACT = "inductor-triton-worker-result-v1"
 BLOB = "result"
-WORKER_PRELOAD = (*pool_hook.WORKER_MODULES, "pcompile.inductor.compat.pool_hook", "pcompile.pool.prewarm")
+WORKER_PRELOAD = (*pool_hook.WORKER_MODULES, "pcompile.inductor.triton_jobs", "pcompile.inductor.worker_prewarm")
 
 
 def _env_float(name: str, default: float) -> float:
@@ -107,7 +107,7 @@ class KernelRouter:
     """Resolves Triton jobs through the store and a compile pool; one per process."""
 
     def __init__(self, kind: str, address: str | None = None, settings: Settings | None = None, store: Any = None, eager: bool = False) -> None:
-        from pcompile.inductor.compat import pool_hook
+        from pcompile.compat import pool_hook
 
         self.hook = pool_hook
         self.settings = settings or Settings.from_env()
@@ -252,7 +252,7 @@ class KernelRouter:
         except Exception as exc:  # e.g. an entry from an incompatible build that slipped through
             warn_once("unpickle", f"pcompile: cached kernel {key} does not load here ({type(exc).__name__}: {exc}); recompiling in-process")
             self._count("fallback")
-            return pickle.loads(self.hook.compile_in_process(job).data), "compiled"
+            return pickle.loads(triton_jobs.compile_in_process(job).data), "compiled"
 
     def compile(self, job: Any, fp: dict[str, str] | None) -> Any:
         """A TritonResult from the pool, or from this process if the pool cannot deliver."""
@@ -260,7 +260,7 @@ class KernelRouter:
         if self.kind == "ray" and job.extra_env.get("TRITON_LIBDEVICE_PATH"):
             return self._fallback(job)  # a custom libdevice path exists only on this host
         future = self.jobs.submit_job(
-            self.hook.run_triton_job,
+            triton_jobs.run_triton_job,
             (job.kernel_name, job.source, env, job.extra_config, json.loads(fp["x.triton_env"]) if fp else self.hook.triton_env()),
             weight=float(len(job.source)),
             timeout=self.timeout,
@@ -279,7 +279,7 @@ class KernelRouter:
 
     def _fallback(self, job: Any) -> Any:
         self._count("fallback")
-        return self.hook.compile_in_process(job)
+        return triton_jobs.compile_in_process(job)
 
     @staticmethod
     def _same_build(software: dict[str, str], fp: dict[str, str]) -> bool:
@@ -415,10 +415,10 @@ def install_pool() -> bool:
         return False
     with _install_lock:
         try:
-            from pcompile.inductor.compat import CompatError, pool_hook
+            from pcompile.compat import CompatError, pool_hook
 
             try:
-                from pcompile.inductor.gate import unsupported_reason
+                from pcompile.compat.gate import unsupported_reason
             except ImportError:  # the gate module is the backend helper's; tolerate its absence
                 unsupported_reason = lambda: None  # noqa: E731
             reason = unsupported_reason()
@@ -454,7 +454,7 @@ def uninstall_pool() -> None:
     global _router
     with _install_lock:
         try:
-            from pcompile.inductor.compat import pool_hook
+            from pcompile.compat import pool_hook
 
             pool_hook.uninstall_process_pool()
         except Exception:

@@ -35,8 +35,9 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from pcompile.inductor import compat, flight
-from pcompile.inductor.gate import warn_once
+from pcompile import compat
+from pcompile.inductor import flight
+from pcompile.compat.gate import warn_once
 from pcompile.inductor.timing import emit, now, span
 
 ENV = "PCOMPILE_PROGRAMS"
@@ -87,7 +88,7 @@ def install() -> bool:
             warn_once("programs", f"pcompile: whole-program entries are off in this torch ({reason}); "
                       "restarts trace with Dynamo as usual, the other caches are on")
             return False
-        from pcompile.inductor.compat import dynamo_package
+        from pcompile.compat import dynamo_package
 
         dynamo_package.install(_Hooks())
         _state.installed = True
@@ -104,9 +105,9 @@ def _torch_root() -> str:
 
 def _describe_fn(fn: Any) -> tuple[int, str, dict[str, str]] | None:
     """(id of its code, readable name, identity fields) or None when it must not be stored."""
-    from pcompile.inductor.compat import dynamo_package
+    from pcompile.compat import dynamo_entries
 
-    fn = dynamo_package.innermost_fn(fn)
+    fn = dynamo_entries.innermost_fn(fn)
     code = getattr(fn, "__code__", None)
     if code is None:
         return None
@@ -158,10 +159,10 @@ def _describe_backend(backend: Any) -> dict[str, Any]:
 
 
 def _configs() -> dict[str, str]:
-    from pcompile.inductor.compat import dynamo_package
+    from pcompile.compat import dynamo_entries
 
     out = {}
-    for name, values in dynamo_package.config_copies().items():
+    for name, values in dynamo_entries.config_copies().items():
         kept = {k: v for k, v in values.items() if not k.startswith(_CONFIG_IGNORED)}
         out[name] = hashlib.sha256(json.dumps(_stable(kept), sort_keys=True).encode()).hexdigest()
     return out
@@ -212,11 +213,11 @@ class _Hooks:
         return _install_ready(code_id, name, entry)
 
     def changed(self, package: Any) -> None:
-        from pcompile.inductor.compat import dynamo_package
+        from pcompile.compat import dynamo_entries, dynamo_package
 
-        fn = dynamo_package.innermost(package)
+        fn = dynamo_entries.innermost(package)
         code_id = id(getattr(fn, "__code__", None))
-        count = dynamo_package.guarded_count(package)
+        count = dynamo_entries.guarded_count(package)
         with _lock:
             known = code_id in _state.keys
             was_loaded = code_id in _state.loaded
@@ -235,16 +236,16 @@ class _Hooks:
         _save(code_id, package)
 
     def dispatch_state_for(self, package: Any) -> list[int] | None:
-        from pcompile.inductor.compat import dynamo_package
+        from pcompile.compat import dynamo_entries
 
-        code_id = id(getattr(dynamo_package.innermost(package), "__code__", None))
+        code_id = id(getattr(dynamo_entries.innermost(package), "__code__", None))
         with _lock:
             return _state.dispatch.get(code_id) if code_id in _state.loaded else None
 
     def install_failed(self, package: Any, reason: str) -> None:
-        from pcompile.inductor.compat import dynamo_package
+        from pcompile.compat import dynamo_entries
 
-        code_id = id(getattr(dynamo_package.innermost(package), "__code__", None))
+        code_id = id(getattr(dynamo_entries.innermost(package), "__code__", None))
         with _lock:
             _state.loaded.discard(code_id)
             _state.guarded.pop(code_id, None)
@@ -255,13 +256,13 @@ class _Hooks:
 
 def _install_ready(code_id: int, name: str, entry: Any) -> Any | None:
     """Unpickle a verified entry and check it the way torch would at install, without its traceback."""
-    from pcompile.inductor.compat import dynamo_package
+    from pcompile.compat import dynamo_entries, dynamo_package
 
     t0 = now()
     try:
-        program = dynamo_package.loads(entry.blobs[BLOB])
-        dynamo_package.check_entry(program)
-        stale = dynamo_package.changed_sources(program)
+        program = dynamo_entries.loads(entry.blobs[BLOB])
+        dynamo_entries.check_entry(program)
+        stale = dynamo_entries.changed_sources(program)
         if stale:
             _refuse(name, f"{stale} changed since it was compiled")
             return None
@@ -270,14 +271,14 @@ def _install_ready(code_id: int, name: str, entry: Any) -> Any | None:
             _refuse(name, f"its bytecode names {unresolved[0]}, which only the compiling process had")
             return None
         dispatch = _dispatch_of(entry)
-        ready = dynamo_package.deserialize_backends(program)
+        ready = dynamo_entries.deserialize_backends(program)
     except Exception as exc:
         _refuse(name, f"{type(exc).__name__}: {exc}")
         return None
     with _lock:
         _state.loaded.add(code_id)
         _state.published[code_id] = hashlib.sha256(entry.blobs[BLOB]).hexdigest()
-        _state.guarded[code_id] = dynamo_package.guarded_count(program)
+        _state.guarded[code_id] = dynamo_entries.guarded_count(program)
         if dispatch is not None:
             _state.dispatch[code_id] = dispatch
     _count("loaded")
@@ -302,7 +303,7 @@ def _refuse(name: str, why: str) -> None:
 
 
 def _save(code_id: int, package: Any) -> None:
-    from pcompile.inductor.compat import dynamo_package
+    from pcompile.compat import dynamo_entries, dynamo_package
 
     with _lock:
         if code_id in _state.unstorable:
@@ -311,7 +312,7 @@ def _save(code_id: int, package: Any) -> None:
         name = _state.names[code_id]
     with span("program_save", name=name) as ev:
         try:
-            program = dynamo_package.entry_for(package)
+            program = dynamo_entries.entry_for(package)
             if program is None:
                 with _lock:
                     _state.pending[code_id] = package
@@ -321,7 +322,7 @@ def _save(code_id: int, package: Any) -> None:
             unresolved = dynamo_package.unresolved_globals(program)
             if unresolved:
                 raise ValueError(f"its bytecode names {unresolved[0]}, an object of this process only")
-            data = dynamo_package.dumps(program)
+            data = dynamo_entries.dumps(program)
         except Exception as exc:
             with _lock:
                 _state.unstorable.add(code_id)
@@ -340,7 +341,7 @@ def _save(code_id: int, package: Any) -> None:
             else:
                 unchanged = False
         with _lock:
-            _state.guarded[code_id] = dynamo_package.guarded_count(program)
+            _state.guarded[code_id] = dynamo_entries.guarded_count(program)
         if unchanged:
             _count("unchanged")
             return
@@ -350,7 +351,7 @@ def _save(code_id: int, package: Any) -> None:
         if dispatch is not None:
             blobs[DISPATCH_BLOB] = json.dumps(dispatch).encode()
         ok = flight.publish(KIND, source, blobs, meta={"name": name, "source": "pcompile.programs",
-                                                              "backends": dynamo_package.backend_ids(program)},
+                                                              "backends": dynamo_entries.backend_ids(program)},
                             compiled=False)
         ev.outcome = "stored" if ok else "not stored"
         if ok:
@@ -386,10 +387,10 @@ def _flush_pending() -> None:
     if os.environ.get("PCOMPILE_PROGRAMS_DEBUG") == "1":
         import sys
 
-        from pcompile.inductor.compat import dynamo_package
+        from pcompile.compat import dynamo_entries, dynamo_package
 
         print(f"pcompile: programs {snapshot()} still pending {len(_state.pending)} bypassed {dynamo_package.bypassed} "
-              f"missing backends {dynamo_package.missing_backends()}", file=sys.stderr)
+              f"missing backends {dynamo_entries.missing_backends()}", file=sys.stderr)
 
 
 def _count(what: str) -> None:

@@ -27,7 +27,7 @@ from typing import Any, Iterator
 
 from pcompile.inductor import flight
 from pcompile.thread_flags import raised
-from pcompile.inductor.compat import remote_cache as compat
+from pcompile.compat import remote_cache as compat
 
 #: layer the factory serves -> (fingerprint kind, single flight?)
 _LAYERS: dict[str, tuple[str, bool]] = {
@@ -49,7 +49,7 @@ def autotune_policy() -> str:
     """PCOMPILE_AUTOTUNE: whether a missing measured winner may be replaced by a warm's prediction."""
     raw = (os.environ.get(ENV_AUTOTUNE) or "predicted").strip().lower()
     if raw not in AUTOTUNE_POLICIES:
-        from pcompile.inductor.gate import warn_once
+        from pcompile.compat.gate import warn_once
 
         warn_once("autotune-policy", f"pcompile: {ENV_AUTOTUNE}={raw!r} is not one of {', '.join(AUTOTUNE_POLICIES)}; "
                   "using 'predicted'")
@@ -122,7 +122,7 @@ def install() -> list[str]:
         compat.set_backend(layer, backend_class(layer))
         installed.append(layer)
     # Autotune keys are computed where kernels are imported, compile workers included (which
-    # call this through pool/prewarm.py): all must hash them as for cuda:0 (device_index.py).
+    # call this through inductor/worker_prewarm.py): all must hash them as for cuda:0 (device_index.py).
     from pcompile.inductor import device_index
 
     device_index.install_autotune_key()

@@ -26,7 +26,7 @@ import weakref
 from typing import Any
 
 from pcompile.inductor import flight
-from pcompile.inductor.compat import triton_cache_manager as compat
+from pcompile.compat import triton_cache_manager as compat
 
 MANAGER_PATH = "pcompile.inductor.triton_cache:StoreCacheManager"
 _DISABLE_ENV = "PCOMPILE_DISABLE"

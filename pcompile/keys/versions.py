@@ -46,7 +46,7 @@ def cudnn_version() -> str:
 
         if not torch.version.cuda:
             return "none"
-        from pcompile.inductor.compat.cudnn_version import version
+        from pcompile.compat.cudnn_version import version
 
         return str(version())
     except Exception as exc:
@@ -63,7 +63,7 @@ def triton_build() -> str:
     try:
         import xxhash
 
-        from pcompile.inductor.compat.triton_build import triton_key
+        from pcompile.compat.triton_build import triton_key
 
         return f"{triton.__version__}+{xxhash.xxh3_64_hexdigest(triton_key().encode())}"
     except Exception as exc:
@@ -73,7 +73,7 @@ def triton_build() -> str:
 def _ptxas_path(arch: int | None = None) -> str | None:
     if arch is not None:  # the ptxas Triton itself picks for this arch (3.9 uses ptxas-blackwell from sm_90)
         try:
-            from pcompile.inductor.compat.triton_build import ptxas_path
+            from pcompile.compat.triton_build import ptxas_path
 
             path = ptxas_path(arch)
             if path and os.path.exists(path):
@@ -112,3 +112,20 @@ def ptxas_version(arch: int | None = None) -> str:
 def machine() -> str:
     """CPU architecture only (x86_64, aarch64): C++ kernels add their ISA themselves."""
     return platform.machine()
+
+
+def build_software(arch: int | None = None) -> dict[str, str]:
+    """The build-relevant versions of this process, which a pool worker reports with each result
+    and the parent compares before it publishes. `arch`: the kernel's target, so "ptxas" names
+    the ptxas Triton runs for it, as the key does."""
+    import json
+
+    from pcompile.compat.pool_hook import triton_env
+
+    return {
+        "torch": torch_build(),
+        "triton": triton_build(),
+        "ptxas": ptxas_version(arch),
+        "python": python_version(),
+        "triton_env": json.dumps(triton_env(), sort_keys=True),
+    }

@@ -19,9 +19,11 @@ from typing import Iterator
 from pcompile.errors import PcompileError
 from pcompile.keys.key import LAYERS, Key
 from pcompile.store import fsio
-from pcompile.store.tier import Tier, in_housekeeping
+from pcompile.store.tier import Capabilities, Tier, in_housekeeping
 
 FORMAT_LINE = "pcompile-store 1\n"
+#: Longest a process waits for a neighbour's fetch of the same key from the shared tier.
+SHARED_FETCH_WAIT = 30.0
 
 
 class DirectoryTier(Tier):
@@ -30,6 +32,8 @@ class DirectoryTier(Tier):
         self.root = Path(root)
         self.kind = kind
         self.name = kind
+        # a shared filesystem is read once per node; the node-local dir is the fast tier itself
+        self.capabilities = Capabilities(directory=True, node_fetch_wait=0.0 if kind == "local" else SHARED_FETCH_WAIT)
         self.blobs = self.root / "blobs"
         self.manifests = self.root / "manifests"
         self.pins = self.root / "pins"
@@ -37,6 +41,9 @@ class DirectoryTier(Tier):
         self.quarantine_dir = self.root / "quarantine"
         self.tmp = self.root / "tmp"
         self._ensure(create)
+
+    def location(self) -> str:
+        return str(self.root)
 
     def _ensure(self, create: bool) -> None:
         marker = self.root / "FORMAT"

@@ -1,7 +1,7 @@
 """The remote tier (Redis, S3): a guarded wrapper that makes a flaky network safe for a job.
 
-A backend (redis_tier.RedisTier, s3_tier.S3Tier) implements only the byte primitives and sends
-every network round trip through `self.io(fn, *args)`. `RemoteTier` wraps it and adds, once for
+A backend (backend.py: redis_backend.RedisBackend, s3_backend.S3Backend) implements only the
+byte primitives and sends every network round trip through `self.io(fn, *args)`. `RemoteTier` wraps it and adds, once for
 every backend:
 
 * deadlines: each round trip runs on a worker thread and is abandoned after the timeout
@@ -11,9 +11,9 @@ every backend:
   cache dir tells the other ranks), then one probe decides;
 * one warning per process, after which the job carries on with its local tiers;
 * write-behind: `put` queues the entry (background.BackgroundWriter) and returns at once;
-* node-level single-flight for reads: one process per node fetches a missing entry into the
-  node-local tier under a lease (<cache_dir>/store/leases/remote-<key>.lease); the others wait
-  for it there instead of all asking the remote;
+* node-level single-flight for reads, declared (`capabilities.node_fetch_wait`) and run by the
+  store for every slow tier: one process per node fetches a missing entry into the node-local
+  tier under a lease; the others wait for it there instead of all asking the remote;
 * a short negative cache, so polling for a key another rank is compiling does not hammer the
   remote with GETs for a manifest that is not there yet;
 * read-only discipline: with PCOMPILE_READ_ONLY=1, or when signatures are checked but this
@@ -29,21 +29,18 @@ import logging
 import os
 import threading
 import time
-import urllib.parse
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from pcompile.config import Settings
 from pcompile.errors import CorruptEntryError, PcompileError
 from pcompile.keys.key import Key
-from pcompile.store import fsio
 from pcompile.store.background import BackgroundWriter, DeadlineExceeded, DeadlineRunner, at_exit, set_exit_flush_seconds
+from pcompile.store.backend import RemoteBackend, RemoteUnavailable, open_backend
+from pcompile.store.breaker import CircuitBreaker
 from pcompile.store.entry import Entry, Manifest
-from pcompile.store.tier import Tier, TrustCheck
+from pcompile.store.tier import Capabilities, Tier, TrustCheck
 
 if TYPE_CHECKING:
-    from pcompile.store.fs_tier import DirectoryTier
-    from pcompile.store.lease import LeaseDir
     from pcompile.store.stats import Stats
     from pcompile.store.tiered import Store
 
@@ -109,121 +106,6 @@ class RemoteOptions:
         return self.timeout * 1.25 + 0.1 + nbytes / self.min_rate
 
 
-class RemoteUnavailable(PcompileError):
-    """The remote did not answer (or is being skipped). Reads treat it as a miss."""
-
-    def __init__(self, message: str, *, skipped: bool = False) -> None:
-        super().__init__(message)
-        self.skipped = skipped
-
-
-class RemoteBackend(Tier):
-    """A remote store's byte primitives. Every network round trip goes through `self.io`.
-
-    `io(fn, *args, nbytes=N)` is replaced by RemoteTier with a deadline- and breaker-guarded
-    runner; each call should move at most one chunk (a few MiB; N is an upper bound of what it
-    moves) so that a per-call deadline is meaningful for big blobs.
-    Backends return None/False for "not there" and raise for anything else.
-    """
-
-    kind = "remote"
-    #: the label in `pcompile stats`
-    name = "remote"
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.io: Callable[..., Any] = lambda fn, *args, nbytes=0: fn(*args)
-
-    def location(self) -> str:
-        """Where this tier points, with credentials removed (safe to log)."""
-        return self.name
-
-    def is_timeout(self, exc: BaseException) -> bool:
-        return isinstance(exc, TimeoutError)
-
-    def sample_keys(self, n: int) -> list[Key]:
-        """Up to n manifest keys, spread over the keyspace when the backend can do it cheaply."""
-        out: list[Key] = []
-        for key in self.keys():
-            out.append(key)
-            if len(out) >= n:
-                break
-        return out
-
-
-class CircuitBreaker:
-    """Closed → open after K failures (a timeout counts K) → half-open after T s → one probe.
-
-    `shared` is a file on the node-local disk holding the wall-clock time the breaker is open
-    until, so ranks on one node stop asking a dead remote as soon as one of them found out.
-    """
-
-    def __init__(self, failures: int, seconds: float, shared: Path | None = None, tmp: Path | None = None) -> None:
-        self.failures = max(1, failures)
-        self.seconds = seconds
-        self.shared = shared
-        self.tmp = tmp
-        self._lock = threading.Lock()
-        self._consecutive = 0
-        self._open_until = 0.0  # monotonic
-        self._half_open = False
-        self._checked_shared = -1.0
-        self.opened_by_peer = False
-
-    def allow(self) -> bool:
-        now = time.monotonic()
-        with self._lock:
-            if now < self._open_until:
-                return False
-            if self.shared is not None and now - self._checked_shared >= 0.25:
-                self._checked_shared = now
-                until = self._read_shared()
-                left = until - time.time()
-                if left > 0:
-                    self._open_until = now + left
-                    self._half_open = True
-                    self.opened_by_peer = True
-                    return False
-            return True
-
-    def success(self) -> None:
-        with self._lock:
-            self._consecutive = 0
-            self._half_open = False
-
-    def failure(self, timeout: bool) -> bool:
-        """Record a failure; True if this one opened the breaker."""
-        with self._lock:
-            self._consecutive += self.failures if timeout else 1
-            if not (self._half_open or self._consecutive >= self.failures):
-                return False
-            self._consecutive = 0
-            self._half_open = True
-            self._open_until = time.monotonic() + self.seconds
-        self._write_shared(time.time() + self.seconds)
-        return True
-
-    def is_open(self) -> bool:
-        return not self.allow()
-
-    def _read_shared(self) -> float:
-        assert self.shared is not None
-        raw = fsio.read_file(self.shared)
-        try:
-            return float(raw or b"0")
-        except ValueError:
-            return 0.0
-
-    def _write_shared(self, until: float) -> None:
-        if self.shared is None or self.tmp is None:
-            return
-        try:
-            self.tmp.mkdir(parents=True, exist_ok=True)
-            fsio.atomic_write(self.shared, f"{until:.3f}".encode(), self.tmp, replace=True)
-        except OSError:
-            pass  # best effort: each process still has its own breaker
-
-
 class RemoteTier(Tier):
     """A remote backend made safe for a training job; see the module docstring."""
 
@@ -250,9 +132,7 @@ class RemoteTier(Tier):
         self.stats: "Stats | None" = None
         self._warned = False
         self._misses: dict[str, float] = {}
-        self._landing: "DirectoryTier | None" = None
-        self._fetch_leases: "LeaseDir | None" = None
-        self._node_dir = node_dir
+        self.capabilities = Capabilities(node_fetch_wait=options.fetch_wait)
         self.writer = BackgroundWriter(
             self._write_now,
             max_entries=options.queue_entries,
@@ -265,34 +145,13 @@ class RemoteTier(Tier):
 
     # -- wiring ---------------------------------------------------------------------------
     def attach(self, store: "Store") -> None:
-        """Report into the store's stats and land fetched entries in its node-local tier."""
-        from pcompile.store.fs_tier import DirectoryTier
-
+        """Report into the store's stats (the store runs the node's single-flight fetch and
+        backfills what this tier returns into the node-local tier)."""
         self.stats = store.stats
-        if isinstance(store.local, DirectoryTier):
-            self._landing = store.local
         at_exit(store.stats.flush)  # writers flush after Stats' own atexit hook ran
 
-    def _landing_tier(self) -> "DirectoryTier | None":
-        if self._landing is None:
-            from pcompile.store.fs_tier import DirectoryTier
-
-            try:
-                self._landing = DirectoryTier(self._node_dir, "local")
-            except PcompileError:
-                return None
-        return self._landing
-
-    def _leases(self) -> "LeaseDir | None":
-        if self._fetch_leases is None:
-            from pcompile.store.lease import LeaseDir
-
-            landing = self._landing_tier()
-            if landing is None:
-                return None
-            timeout = max(5.0, 2 * self.options.timeout)
-            self._fetch_leases = LeaseDir(landing.leases, landing.tmp, timeout=timeout)
-        return self._fetch_leases
+    def location(self) -> str:
+        return self.backend.location()
 
     # -- trust: remember a signature failure so quarantine leaves the entry alone ---------
     @property  # type: ignore[override]
@@ -409,7 +268,8 @@ class RemoteTier(Tier):
     # -- reads ------------------------------------------------------------------------------
     def get(self, key: Key) -> Entry | None:
         """A verified entry or None. Never raises for remote trouble and never waits past the
-        deadline per round trip (or, for a peer's fetch, past that peer's progress)."""
+        deadline per round trip. One process per node asks (Store's node fetch, declared by
+        `capabilities.node_fetch_wait`); a miss is remembered for `miss_ttl` seconds."""
         if not self.breaker.allow():
             self._warn_if_peer_opened()
             self._count(skipped=1)
@@ -421,84 +281,17 @@ class RemoteTier(Tier):
                 self._count(cached_misses=1)
                 return None
             self._misses.pop(name, None)
-        leases = self._leases()
-        if leases is None:
-            return self._fetch(key, land=False)
-        try:
-            lease = leases.try_acquire(f"remote-{name}")
-        except OSError:
-            return self._fetch(key, land=False)
-        if lease is not None:
-            return self._lead_fetch(key, lease)
-        return self._wait_for_peer(key, leases)
-
-    def _lead_fetch(self, key: Key, lease: Any) -> Entry | None:
-        try:
-            landing = self._landing_tier()
-            entry = landing.get(key) if landing is not None else None  # a peer landed it already
-            if entry is not None:
-                self._count(peer_fetches=1)
-                return entry
-            return self._fetch(key, land=True)
-        finally:
-            lease.release()
-
-    def _wait_for_peer(self, key: Key, leases: "LeaseDir") -> Entry | None:
-        """Another process on this node is fetching `key`: wait for it to land locally.
-
-        When its lease goes away without an entry landing, the peer missed (or the remote
-        failed): that is our answer too. A peer that died is detected by its stale lease, and
-        then this process takes over the fetch.
-        """
-        landing = self._landing_tier()
-        assert landing is not None
-        name = f"remote-{key}"
-        limit = time.monotonic() + self.options.fetch_wait
-        delay = 0.005
-        self._count(fetch_waits=1)
-        while True:
-            entry = landing.get(key)
-            if entry is not None:
-                self._count(peer_fetches=1)
-                return entry
-            if not leases.exists(name):
-                entry = landing.get(key)
-                if entry is None:
-                    self._misses[str(key)] = time.monotonic()
-                    return None
-                self._count(peer_fetches=1)
-                return entry
-            try:
-                lease = leases.try_acquire(name)  # succeeds only if the holder went silent
-            except OSError:
-                lease = None
-            if lease is not None:
-                return self._lead_fetch(key, lease)
-            if time.monotonic() > limit:
-                self._count(fetch_wait_timeouts=1)
-                return None
-            time.sleep(delay)
-            delay = min(delay * 1.5, 0.1)
-
-    def _fetch(self, key: Key, *, land: bool) -> Entry | None:
         self._untrusted.flag = False
         try:
             entry = Tier.get(self, key)
         except RemoteUnavailable:
             entry = None
         if entry is None:
-            self._misses[str(key)] = time.monotonic()
+            self._misses[name] = time.monotonic()
             if len(self._misses) > 100_000:
                 self._misses.clear()
             return None
         self._count(fetches=1)
-        if land:
-            landing = self._landing_tier()
-            if landing is not None:
-                try:
-                    landing.put(entry)
-                except OSError:
-                    pass  # the caller still gets its entry; peers will wait it out and miss
         return entry
 
     def quarantine(self, key: Key, reason: str, bad_blob: str | None = None) -> None:
@@ -551,34 +344,6 @@ class RemoteTier(Tier):
 
     def close(self) -> None:
         self.writer.close(self.options.flush_seconds)
-
-
-def redact(url: str) -> str:
-    """A URL without its password (for messages and logs)."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None and "@" not in parts.netloc:
-        return url
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    user = f"{parts.username}:***@" if parts.username else "***@"
-    return urllib.parse.urlunsplit((parts.scheme, user + host, parts.path, "", ""))
-
-
-def open_backend(url: str, options: RemoteOptions) -> RemoteBackend:
-    """The backend for a PCOMPILE_REMOTE URL; raises PcompileError for a URL it cannot use."""
-    scheme = urllib.parse.urlsplit(url).scheme.lower()
-    if scheme in ("redis", "rediss", "unix"):
-        from pcompile.store.redis_tier import RedisTier
-
-        return RedisTier.from_url(url, timeout=options.timeout)
-    if scheme == "s3":
-        from pcompile.store.s3_tier import S3Tier
-
-        return S3Tier.from_url(url, timeout=options.timeout)
-    raise PcompileError(
-        f"PCOMPILE_REMOTE={redact(url)!r} is not a remote this pcompile knows: use redis://HOST:PORT/DB, rediss://… or s3://BUCKET/PREFIX"
-    )
 
 
 def open_remote(settings: Settings) -> RemoteTier:

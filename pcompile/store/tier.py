@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import dataclasses
 import logging
 import threading
 from typing import Callable, Iterator
@@ -50,16 +51,38 @@ def in_housekeeping() -> bool:
     return is_raised(_housekeeping, "on")
 
 
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What a tier offers beyond the six primitives, declared by the tier itself so the store
+    never asks for its type."""
+
+    #: A directory on a filesystem, with `root`, `leases` and `tmp` beside its entries: its lease
+    #: dir can coordinate compile single-flight, disk faults (full, read-only, gone) apply to it,
+    #: and as the node-local tier it has a byte budget kept by GC.
+    directory: bool = False
+    #: > 0: reading it is slow enough that a node's processes take turns (one fetch per key per
+    #: node, backfilled into the node-local tier); the others wait up to this many seconds.
+    node_fetch_wait: float = 0.0
+
+
 class Tier(abc.ABC):
     """A place entries live. `kind` is local, shared or remote; `name` labels stats."""
 
     kind: str = "local"
     name: str = "local"
+    capabilities: Capabilities = Capabilities()
 
     def __init__(self) -> None:
         self.trust: TrustCheck | None = None
         self.signer: Signer | None = None
         self.on_quarantine: Callable[[Key, str], None] | None = None
+
+    def location(self) -> str:
+        """Where this tier points, safe to log (no credentials)."""
+        return self.name
+
+    def attach(self, store: object) -> None:
+        """Called once the store that reads this tier is built (store/compose.py)."""
 
     # -- primitives a backend implements -------------------------------------------------
     @abc.abstractmethod

@@ -19,7 +19,6 @@ from pcompile.errors import PcompileError, StoreWriteError
 from pcompile.keys.key import Key
 from pcompile.store import diskfault, fsio
 from pcompile.store.entry import Entry
-from pcompile.store.fs_tier import DirectoryTier
 from pcompile.store.lease import Lease, LeaseDir
 from pcompile.store.stats import Stats
 from pcompile.store.tier import Tier
@@ -27,8 +26,6 @@ from pcompile.store.tier import Tier
 log = logging.getLogger("pcompile.store")
 
 _GC_EVERY_PUTS = 200
-#: Longest a process waits for a neighbour's fetch of the same key from a slower tier.
-FETCH_WAIT = 30.0
 
 
 class Store:
@@ -51,14 +48,17 @@ class Store:
         self.on_local_fault: Callable[[int, str], object] | None = None
         # Compile single-flight is coordinated where every participant can see it: the shared
         # tier if there is one, else this node's local dir.
-        coord = next((t for t in reversed(tiers) if isinstance(t, DirectoryTier)), None)
+        self.coordinator: Tier | None = next((t for t in reversed(tiers) if t.capabilities.directory), None)
         self.leases: LeaseDir | None = (
-            LeaseDir(coord.leases, coord.tmp, timeout=settings.lease_timeout) if coord is not None else None
+            LeaseDir(self.coordinator.leases, self.coordinator.tmp, timeout=settings.lease_timeout)  # type: ignore[attr-defined]
+            if self.coordinator is not None else None
         )
-        # the node's processes take turns reading slower tiers (one fetch per key per node)
+        # the node's processes take turns reading slow tiers (one fetch per key per node), waiting
+        # for one another as long as the slowest of them declares
+        self.fetch_wait = max((t.capabilities.node_fetch_wait for t in tiers[1:]), default=0.0)
         self.fetches: LeaseDir | None = (
-            LeaseDir(self.local.leases / "fetch", self.local.tmp, timeout=FETCH_WAIT)
-            if isinstance(self.local, DirectoryTier) and len(tiers) > 1 else None
+            LeaseDir(self.local.leases / "fetch", self.local.tmp, timeout=min(self.fetch_wait, 30.0))  # type: ignore[attr-defined]
+            if self.local.capabilities.directory and self.fetch_wait > 0 else None
         )
         for tier in tiers:
             tier.on_quarantine = lambda key, reason, _t=tier: self.stats.add(quarantined=1)
@@ -72,34 +72,10 @@ class Store:
     # -- construction --------------------------------------------------------------------
     @staticmethod
     def open(settings: Settings | None = None, *, must_exist: bool = False, writable: bool = False) -> "Store":
-        settings = settings or Settings.from_env()
-        tiers: list[Tier] = [DirectoryTier(settings.cache_dir / "store", "local", create=not must_exist)]
-        if settings.shared_dir is not None:
-            try:
-                tiers.append(DirectoryTier(settings.shared_dir / "store", "shared", create=not must_exist and not settings.read_only))
-            except PcompileError as exc:
-                if must_exist or writable:
-                    raise  # a command aimed at the shared tier: say so and stop
-                from pcompile.logs import setup
+        """The store the settings describe (compose.open_store, the one composition root)."""
+        from pcompile.store.compose import open_store
 
-                setup()  # a job goes on without the shared tier, never without its node-local one
-                log.warning("shared tier unusable (%s); the job goes on with the node-local cache", exc)
-        if settings.remote:
-            from pcompile.store.remote import open_remote  # issue 4: Redis / S3
-
-            tiers.append(open_remote(settings))
-        if writable:
-            for tier in tiers:
-                if isinstance(tier, DirectoryTier) and not os.access(tier.root, os.W_OK):
-                    raise PcompileError(f"{tier.root} is not writable: fix its permissions or choose another directory")
-        store = Store(tiers, settings)
-        try:
-            from pcompile.trust import configure_tiers  # issue 4: signing
-
-            configure_tiers(store)
-        except ImportError:
-            pass
-        return store
+        return open_store(settings, must_exist=must_exist, writable=writable)
 
     def writable_tiers(self) -> list[Tier]:
         """Read-only consumers, and verify-only holders of a public key, write node-local only."""
@@ -111,8 +87,7 @@ class Store:
         """A directory tier whose filesystem is full, read-only or gone: stop writing there (and
         taking leases there) for the rest of the process, with one line; reads go on."""
         self._down.add(tier)
-        where = getattr(tier, "root", tier.name)
-        self.warn_once(f"down:{tier.name}", f"{tier.name} tier {where} {diskfault.describe(exc.errno or 0)} "
+        self.warn_once(f"down:{tier.name}", f"{tier.name} tier {tier.location()} {diskfault.describe(exc.errno or 0)} "
                        f"({exc.strerror or exc}): not publishing there or taking compile leases there from now on; the job goes on")
 
     # -- reads ---------------------------------------------------------------------------
@@ -132,11 +107,12 @@ class Store:
         """Read the slower tiers for `key` once per node: the node's ranks all want the same
         entries at the same moment, and one fetch (backfilled into the local tier) serves them
         all. A process that finds a neighbour fetching waits for that backfill (a neighbour that
-        died is noticed by the lease at once), up to FETCH_WAIT seconds, then reads for itself."""
+        died is noticed by the lease at once), up to the slowest tier's `node_fetch_wait`, then
+        reads for itself. The one node fetch for every slow tier (shared directory, remote)."""
         if self.fetches is None:
             return self._read(key, 1, len(self.tiers))
         name = f"fetch-{key}"
-        deadline = time.monotonic() + FETCH_WAIT
+        deadline = time.monotonic() + self.fetch_wait
         while True:
             try:
                 lease = self.fetches.try_acquire(name)
@@ -196,7 +172,7 @@ class Store:
                     if self._over_budget(entry.size):
                         continue
                 tier.put(entry)
-                if tier is self.local and isinstance(tier, DirectoryTier):
+                if tier is self.local and tier.capabilities.directory:
                     from pcompile.store.gc import note_write
 
                     note_write(tier, entry.size)
@@ -209,7 +185,7 @@ class Store:
                     self.on_local_fault(exc.errno, exc.strerror or str(exc))
                     ok = False
                     continue
-                if tier is not self.local and isinstance(tier, DirectoryTier) and exc.errno in diskfault.PROBLEMS:
+                if tier is not self.local and tier.capabilities.directory and exc.errno in diskfault.PROBLEMS:
                     self._tier_down(tier, exc)
                     continue
                 self.warn_once(f"write:{tier.name}", f"cannot write to the {tier.name} cache tier ({reason}); the job goes on without caching there")
@@ -227,7 +203,7 @@ class Store:
         past PCOMPILE_MAX_BYTES: the last GC's count plus what the node's writers added since its
         scan (gc.py's write ledger). Two writers checking at the same instant may both pass: the
         overshoot is at most one entry per concurrent writer, and GC takes it back."""
-        if not isinstance(self.local, DirectoryTier):
+        if not self.local.capabilities.directory:
             return False
         from pcompile.store.gc import read_usage, written_since
 
@@ -248,7 +224,7 @@ class Store:
     def _check_headroom(self, size: int) -> None:
         """Refuse (as ENOSPC) a local write that would take the filesystem below the floor."""
         floor = self.settings.min_free_bytes
-        free = diskfault.free_bytes(getattr(self.local, "root", self.settings.cache_dir))
+        free = diskfault.free_bytes(self.local.root if self.local.capabilities.directory else self.settings.cache_dir)  # type: ignore[attr-defined]
         if floor > 0 and free is not None and free - size < floor:
             raise OSError(errno.ENOSPC, f"{free // 1024} KiB free, below the {floor // 1024**2} MiB floor "
                           "(PCOMPILE_MIN_FREE_BYTES)")
@@ -257,7 +233,7 @@ class Store:
         """Keep the local tier within its budget, in the background, one collector per node;
         `force`: the budget is reached, collect down to 90% of it so new entries find room."""
         local = self.local
-        if not isinstance(local, DirectoryTier):
+        if not local.capabilities.directory:
             return
 
         def run() -> None:
@@ -282,7 +258,7 @@ class Store:
         """The entry if someone else produced it, a Lease if this caller must produce it, or None
         (no coordination possible, or waiting ran past wait_timeout: compile without a lease).
         `on_wait` is called once, when it turns out another process holds the lease."""
-        if self.leases is None or any(getattr(t, "leases", None) == self.leases.dir for t in self._down):
+        if self.leases is None or self.coordinator in self._down:
             return None
         limit = time.monotonic() + (wait_timeout if wait_timeout is not None else max(600.0, 10 * self.settings.lease_timeout))
         waited_from: float | None = None
@@ -291,13 +267,11 @@ class Store:
             try:
                 lease = self.leases.try_acquire(str(key))
             except OSError as exc:
-                coord_local = self.leases.dir.is_relative_to(getattr(self.local, "root", self.settings.cache_dir))
-                if coord_local and exc.errno in diskfault.PROBLEMS and self.on_local_fault is not None:
+                if self.coordinator is self.local and exc.errno in diskfault.PROBLEMS and self.on_local_fault is not None:
                     self.on_local_fault(exc.errno, exc.strerror or str(exc))
                     return None
-                coord = next((t for t in self.tiers if getattr(t, "leases", None) == self.leases.dir), None)
-                if coord is not None and exc.errno in diskfault.PROBLEMS:
-                    self._tier_down(coord, exc)
+                if self.coordinator is not None and exc.errno in diskfault.PROBLEMS:
+                    self._tier_down(self.coordinator, exc)
                 else:
                     self.warn_once("lease", f"cannot take compile leases ({exc.strerror or exc}); compiling without single-flight")
                 return None

@@ -74,8 +74,7 @@ def _crypto() -> None:
     try:
         import cryptography  # noqa: F401
     except ImportError:
-        # ImportError must not escape: Store.open treats an ImportError from pcompile.trust as
-        # "no trust module" and would then run unsigned. Fail closed, with the fix.
+        # Fail closed, with the fix: a missing package must never mean "run unsigned".
         raise PcompileError("ed25519 signing needs the `cryptography` package: pip install 'pcompile[sign]'") from None
 
 

@@ -13,16 +13,10 @@
 from __future__ import annotations
 
 import dataclasses
-import errno
-from typing import TYPE_CHECKING
+from typing import Callable
 
-from pcompile.store.entry import Manifest
 from pcompile.trust.keys import Ed25519Private, Ed25519Public, HmacKey, load_hmac, load_signing_key, load_verify_keys
-from pcompile.trust.signing import ManifestSigner, ManifestVerifier
-
-if TYPE_CHECKING:
-    from pcompile.store.stats import Stats
-    from pcompile.store.tiered import Store
+from pcompile.trust.signing import Manifest, ManifestSigner, ManifestVerifier
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,7 +39,8 @@ class TrustConfig:
             return None
         return ManifestSigner(ed25519=self.signing, hmac_key=self.hmac)
 
-    def verifier(self, tier_name: str = "", stats: "Stats | None" = None) -> ManifestVerifier | None:
+    def verifier(self, on_refused: Callable[[], None] | None = None) -> ManifestVerifier | None:
+        """`on_refused()` is called once per refused manifest (the store counts it per tier)."""
         if not self.checks:
             return None
         publics = list(self.verify)
@@ -53,10 +48,8 @@ class TrustConfig:
             publics.append(self.signing.public)
 
         def refused(manifest: Manifest, reason: str) -> None:
-            if stats is not None:
-                stats.add(untrusted=1)
-                if tier_name:
-                    stats.tier(tier_name, untrusted=1)
+            if on_refused is not None:
+                on_refused()
 
         return ManifestVerifier(hmac_keys=[self.hmac] if self.hmac else [], ed25519_keys=publics, on_refuse=refused)
 
@@ -71,30 +64,3 @@ class TrustConfig:
             kinds.append("ed25519 keys " + ",".join(ids))
         signer = self.signer()
         return f"on: accepts {'; '.join(kinds)}; signs with {signer.scheme if signer else 'nothing (read-only for shared/remote)'}"
-
-
-def _refuse_unsigned(manifest: Manifest) -> Manifest:
-    """The signer of a checked tier in a process without a signing key: publishing there would
-    only plant entries every reader refuses. An OSError, so Store.put warns once and goes on."""
-    raise PermissionError(
-        errno.EACCES,
-        "signatures are checked but this process has no signing key; set PCOMPILE_READ_ONLY=1 for consumers, "
-        "or give writers PCOMPILE_SIGNING_KEY_FILE",
-    )
-
-
-def configure_tiers(store: "Store") -> TrustConfig:
-    """Called by Store.open: set each tier's signer and trust hooks, and attach remote tiers
-    to the store (stats, node-local landing dir for single-flight fetches)."""
-    config = TrustConfig.from_env()
-    signer = config.signer()
-    for tier in store.tiers:
-        checked = tier.kind != "local" and config.checks
-        tier.signer = signer
-        if checked and signer is None and tier.kind == "shared":
-            tier.signer = _refuse_unsigned
-        tier.trust = config.verifier(tier.name, store.stats) if checked else None
-        attach = getattr(tier, "attach", None)
-        if callable(attach):
-            attach(store)
-    return config

@@ -14,11 +14,20 @@ import dataclasses
 import hashlib
 import hmac
 import threading
-from typing import Callable
+from typing import Any, Callable, Protocol
 
 from pcompile.errors import CorruptEntryError
-from pcompile.store.entry import Manifest
 from pcompile.trust.keys import Ed25519Private, Ed25519Public, HmacKey
+
+
+class Manifest(Protocol):
+    """What signing needs of a store manifest (store/entry.py's Manifest, a frozen dataclass).
+    Trust sits beside the store, not above it: the store installs the signer and verifier."""
+
+    body: dict[str, Any]
+    signature: str | None
+
+    def payload(self) -> bytes: ...
 
 DOMAIN = b"pcompile-manifest-signature-v1\n"
 HMAC_SCHEME = "hmac-sha256"

@@ -34,7 +34,7 @@ def _check(rc: int, what: str) -> None:
 
 def ptxas_path(arch: int = 90) -> str:
     """The ptxas Triton uses for `arch` (honours TRITON_PTXAS_PATH, which torch may set)."""
-    from pcompile.inductor.compat.triton_build import ptxas_path as triton_ptxas
+    from pcompile.compat.triton_build import ptxas_path as triton_ptxas
 
     return triton_ptxas(arch)
 
@@ -49,7 +49,7 @@ def _ptxas_version(arch: int = 90) -> str:
 
 def _triton_backend_hash() -> str:
     try:
-        from pcompile.inductor.compat.warm_runtime import triton_backend_hash
+        from pcompile.compat.warm_runtime import triton_backend_hash
 
         return triton_backend_hash()
     except Exception as exc:

@@ -1,7 +1,7 @@
 """The warm process: runs an unchanged training script on fake tensors under the virtual device.
 
 Started only by `pcompile warm` (runner.py), with LD_PRELOAD set to the virtual device and the
-Inductor caches pointed at pcompile's cache dir. It installs the adjustments in pcompile/inductor/compat/warm_*.py, runs
+Inductor caches pointed at pcompile's cache dir. It installs the adjustments in pcompile/compat/warm_*.py, runs
 the script under one FakeTensorMode until N steps are done, and writes a JSON report for the
 parent. Usage: python -m pcompile.warm.child SPEC.json
 """
@@ -33,7 +33,7 @@ class _Strict:
 
     def enter(self) -> None:
         from pcompile.vdev import preload
-        from pcompile.inductor.compat import warm_runtime as compat
+        from pcompile.compat import warm_runtime as compat
 
         self.depth += 1
         if compat.max_autotune_enabled():
@@ -112,9 +112,9 @@ def _user_line_from_tb(exc: BaseException) -> str | None:
 def _predict_winner(autotuner: Any, report: dict[str, Any]) -> bool:
     """File Inductor's no-benchmark choice for this kernel in pcompile's store (never raises)."""
     try:
-        from pcompile.inductor import compat as inductor_compat
+        from pcompile import compat as inductor_compat
         from pcompile.inductor import remote_backend
-        from pcompile.inductor.compat import autotune_choice
+        from pcompile.compat import autotune_choice
 
         reason = inductor_compat.check("autotune_choice")
         if reason is not None:
@@ -133,12 +133,12 @@ def _predict_winner(autotuner: Any, report: dict[str, Any]) -> bool:
 def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict) -> Any:
     """Install every compat adjustment; returns the FakeTensorMode the script runs under."""
     from pcompile.inductor.graph_normalize import normalize_placeholder_types
-    from pcompile.inductor.compat import warm_fakes as fakes
-    from pcompile.inductor.compat import warm_launches as launches
-    from pcompile.inductor.compat import warm_runtime as runtime
-    from pcompile.inductor.compat import warm_timings as timings
-    from pcompile.inductor.compat import warm_training as training
-    from pcompile.inductor.compat import warm_values as values
+    from pcompile.compat import warm_fakes as fakes
+    from pcompile.compat import warm_launches as launches
+    from pcompile.compat import warm_runtime as runtime
+    from pcompile.compat import warm_timings as timings
+    from pcompile.compat import warm_training as training
+    from pcompile.compat import warm_values as values
     from pcompile.warm import reads
 
     unselected: dict[str, int] = report["autotune_unselected"]
@@ -201,7 +201,7 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
 def _protect_user_files(spec: dict[str, Any], mode: Any) -> Any:
     """Redirect the script's writes (pcompile/warm/writes.py); returns the redirect state."""
     from pcompile.warm import writes
-    from pcompile.inductor.compat.warm_fakes import is_fake
+    from pcompile.compat.warm_fakes import is_fake
 
     keep = [p for p in (os.environ.get("PCOMPILE_CACHE_DIR"), os.environ.get("PCOMPILE_SHARED_DIR"),
                         os.environ.get("TORCHINDUCTOR_CACHE_DIR"), os.environ.get("TRITON_CACHE_DIR")) if p]
@@ -267,7 +267,7 @@ def run(spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor")
 
     from pcompile.vdev import preload
-    from pcompile.inductor.compat import warm_runtime as compat
+    from pcompile.compat import warm_runtime as compat
     from pcompile.warm.stop import StepCounter
 
     report["torch"] = torch.__version__

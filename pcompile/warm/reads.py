@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from pcompile.compat.warm_fakes import zeros_like_on_cpu  # the fakes need it too, a floor below
+
 _LIB_MARKERS = (os.sep + "torch" + os.sep, os.sep + "pcompile" + os.sep, os.sep + "triton" + os.sep,
                 os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep, os.sep + "lib" + os.sep + "python")
 _SCRIPT: str | None = None
@@ -87,16 +89,6 @@ def scalar(dtype: torch.dtype) -> bool | int | float | complex:
     return 0
 
 
-def zeros_like_on_cpu(t: torch.Tensor) -> torch.Tensor:
-    """A real CPU tensor of zeros with `t`'s shape, dtype and (where dense) strides."""
-    shape, dtype = tuple(t.shape), t.dtype
-    try:
-        return torch.zeros(shape, dtype=dtype).as_strided(shape, t.stride()) if t.is_contiguous() else \
-            torch.empty_strided(shape, t.stride(), dtype=dtype).zero_()
-    except (RuntimeError, ValueError):
-        return torch.zeros(shape, dtype=dtype)
-
-
 def _one_element(t: torch.Tensor, what: str) -> None:
     if t.numel() != 1:
         if what == "__bool__":
@@ -109,7 +101,7 @@ def read_fake(tensor: torch.Tensor, how: str) -> Any:
     if how == "numpy" and tensor.device.type != "cpu":
         raise TypeError(f"can't convert {tensor.device} device type tensor to numpy. "
                         "Use Tensor.cpu() to copy the tensor to host memory first.")
-    from pcompile.inductor.compat.warm_values import value_of
+    from pcompile.compat.warm_values import value_of
 
     real = value_of(tensor)
     if real is not None:  # made from the script's own host data: its real values, not counted

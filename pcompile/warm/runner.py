@@ -151,7 +151,7 @@ def software_here() -> dict[str, Any]:
         local["triton"] = triton.__version__
     except ImportError:
         local["triton"] = None
-    from pcompile.inductor.compat import cudnn_version
+    from pcompile.compat import cudnn_version
 
     local["cudnn"] = cudnn_version.version()
     return local

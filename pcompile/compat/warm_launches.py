@@ -1,0 +1,187 @@
+"""Executing compiled code on the warm's fakes: wrapper allocations build fakes, Triton kernels are
+loaded but never launched, constant folding and tensor printing never read device memory, and
+CUDA graph capture is skipped.
+
+Part of the warm's private-torch surface (see warm_runtime.py); tests/test_warm_compat.py runs
+this module's check().
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import torch
+
+from pcompile.compat.warm_fakes import active_fake_mode, is_fake
+from pcompile.compat.warm_runtime import mark, marked, missing
+from pcompile.compat.warm_timings import inside_graph_compile
+
+CHECKED = {"torch": "2.11.0, 2.14.1, 2.15.0 (2.15: check() and tests/test_warm*.py)"}
+
+PRIVATE_SYMBOLS: list[tuple[str, str]] = [
+    ("torch._C._dynamo.guards", "_empty_strided_cuda"),
+    ("torch._C._dynamo.guards", "_empty_strided_cpu"),
+    ("torch._C._dynamo.guards", "_reinterpret_tensor"),
+    ("torch._C._dynamo.guards", "assert_alignment"),
+    ("torch._inductor.runtime.triton_heuristics", "CachingAutotuner"),
+    ("torch._inductor.fx_passes.joint_graph", "UniformValueConstantFolder"),
+    ("torch._inductor.constant_folding", "ConstantFolder"),
+    ("torch._tensor_str", "_str"),
+    ("torch._inductor.cudagraph_trees", "cudagraphify_impl"),
+    ("torch._inductor.compile_fx", "cudagraphify_impl"),
+    ("torch.utils._python_dispatch", "TorchDispatchMode"),
+]
+
+
+def check() -> list[str]:
+    """Names of the private symbols this module needs that this torch lacks (empty when all is well)."""
+    return missing(PRIVATE_SYMBOLS)
+
+
+def route_wrapper_allocations() -> None:
+    """Inductor's generated wrappers allocate through C++ helpers that bypass the dispatcher and
+    would hand real (garbage) device buffers to the next op. Under the script's fake mode, build
+    fakes instead; outside it, keep stock behaviour. Must run before any compiled module loads."""
+    g = torch._C._dynamo.guards
+    if getattr(g, "_pcompile_routed", False):
+        return
+
+    def empty_like_device(device: str, original: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+        def empty_strided(size: Any, stride: Any, dtype: torch.dtype, *rest: Any) -> torch.Tensor:
+            if active_fake_mode() is not None:
+                return torch.empty_strided(size, stride, dtype=dtype, device=device)
+            return original(size, stride, dtype, *rest)
+
+        return empty_strided
+
+    g._empty_strided_cuda = empty_like_device("cuda", g._empty_strided_cuda)
+    g._empty_strided_cpu = empty_like_device("cpu", g._empty_strided_cpu)
+    if hasattr(g, "_empty_strided_cpu_pinned"):
+        g._empty_strided_cpu_pinned = empty_like_device("cpu", g._empty_strided_cpu_pinned)
+
+    original_reinterpret = g._reinterpret_tensor
+
+    def reinterpret_tensor(t: torch.Tensor, size: Any, stride: Any, offset: int = 0) -> torch.Tensor:
+        if is_fake(t):
+            return torch.as_strided(t, size, stride, t.storage_offset() + offset)
+        return original_reinterpret(t, size, stride, offset)
+
+    g._reinterpret_tensor = reinterpret_tensor
+    original_alignment = g.assert_alignment
+
+    def assert_alignment(t: torch.Tensor, *args: Any) -> None:
+        if is_fake(t):
+            return None
+        return original_alignment(t, *args)
+
+    g.assert_alignment = assert_alignment
+    g._pcompile_routed = True
+
+
+def skip_kernel_launches(on_unselected: Callable[[str, int, Any], None]) -> None:
+    """CachingAutotuner.run launches (and, with several configs, benchmarks) a Triton kernel. On
+    the virtual device it must do neither; `on_unselected(name, n_configs, autotuner)` sees kernels
+    whose autotune winner could therefore not be measured (and may predict one)."""
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    if marked(CachingAutotuner.run, "skip_kernel_launches"):
+        return
+
+    def run(self: Any, *args: Any, **kwargs: Any) -> None:
+        if not getattr(self, "launchers", None):
+            self.precompile()  # as stock run() does first: loads the cubins, launches nothing
+        if len(self.launchers or ()) > 1 and inside_graph_compile():
+            # a module Inductor benchmarks while compiling (fusion choices): its timing is faked
+            # (fake_gpu_timings), so its first config stands in, as one picked launcher would
+            self.launchers = self.launchers[:1]
+            return None
+        n = len(getattr(self, "launchers", None) or getattr(self, "compile_results", None) or self.configs or [])
+        if n > 1:
+            on_unselected(getattr(self.fn, "__name__", "?"), n, self)
+        return None
+
+    mark(run, "skip_kernel_launches")
+    CachingAutotuner.run = run
+
+
+class _OnCpu(torch.utils._python_dispatch.TorchDispatchMode):
+    """Evaluates every op on CPU: real device tensors are copied over, device=cuda becomes cpu."""
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        from torch.utils._pytree import tree_map
+
+        def to_cpu(x: Any) -> Any:
+            if isinstance(x, torch.Tensor) and x.device.type == "cuda" and not is_fake(x):
+                return x.cpu()
+            if isinstance(x, torch.device) and x.type == "cuda":
+                return torch.device("cpu")
+            return x
+
+        args, kwargs = tree_map(to_cpu, (args, kwargs or {}))
+        return func(*args, **kwargs)
+
+
+def fold_constants_on_cpu() -> None:
+    """Inductor's joint-graph pass `constant_fold_uniform_value` evaluates small tensors on the
+    device and reads them back; here that would fold stale memory into kernels. Evaluate the
+    folder on CPU (the replacement nodes take their device from the graph, not the value)."""
+    from torch._inductor.constant_folding import ConstantFolder
+    from torch._inductor.fx_passes.joint_graph import UniformValueConstantFolder
+
+    if marked(UniformValueConstantFolder.__init__, "fold_constants_on_cpu"):
+        return
+    original_init = UniformValueConstantFolder.__init__
+    original_run = ConstantFolder.run
+
+    @functools.wraps(original_init)
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        with _OnCpu():
+            original_init(self, *args, **kwargs)
+
+    @functools.wraps(original_run)
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not isinstance(self, UniformValueConstantFolder):
+            return original_run(self, *args, **kwargs)
+        with _OnCpu():
+            return original_run(self, *args, **kwargs)
+
+    mark(init, "fold_constants_on_cpu")
+    UniformValueConstantFolder.__init__ = init
+    ConstantFolder.run = run
+
+
+def placeholder_repr_for_device_tensors() -> None:
+    """Printing a real CUDA tensor reads device memory (garbage here; torch 2.11's guard builder
+    does it for optimizer state and once allocated 24 GB). Print a placeholder instead."""
+    import torch._tensor_str as ts
+
+    original = ts._str
+    if marked(original, "placeholder_repr_for_device_tensors"):
+        return
+
+    def _str(self: torch.Tensor, *, tensor_contents: Any = None) -> str:
+        if self.device.type == "cuda" and not is_fake(self):
+            return f"tensor(<no values on the pcompile virtual device>, size={tuple(self.shape)}, dtype={self.dtype}, device='{self.device}')"
+        return original(self, tensor_contents=tensor_contents)
+
+    mark(_str, "placeholder_repr_for_device_tensors")
+    ts._str = _str
+
+
+def no_cuda_graph_capture(on_skip: Callable[[], None]) -> None:
+    """mode="reduce-overhead": the graphs compile exactly as on the GPU (cudagraphs is part of
+    their key), but capture happens on their first runs, which here would record nothing real.
+    Run the compiled callable directly instead; capture is run-time work with nothing to cache."""
+    import torch._inductor.compile_fx as cfx
+    import torch._inductor.cudagraph_trees as trees
+
+    if marked(trees.cudagraphify_impl, "no_cuda_graph_capture"):
+        return
+
+    def skip(model: Callable[..., Any], *args: Any, **kwargs: Any) -> Callable[..., Any]:
+        on_skip()
+        return model
+
+    mark(skip, "no_cuda_graph_capture")
+    trees.cudagraphify_impl = skip
+    cfx.cudagraphify_impl = skip

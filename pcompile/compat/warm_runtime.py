@@ -1,0 +1,198 @@
+"""The warm path's private-torch surface, for torch 2.11 to 2.15: the version gate, the whole
+check, and the compile windows and graph caches.
+
+The warm child runs an ordinary training script on fake tensors under the virtual device. Stock
+torch then needs a few adjustments so that executing compiled code does nothing, no value is read
+from device memory (which holds garbage), module moves work on fakes, and GPU timings are never
+made up into cached choices. Each function installs one adjustment and names the private symbol
+it relies on, one module per concern:
+
+- warm_fakes.py: the fake mode the script runs under, and script code on fakes;
+- warm_launches.py: executing compiled code on fakes;
+- warm_timings.py: GPU timings asked for while compiling;
+- warm_training.py: DDP, GradScaler and the fake process group's store;
+- warm_values.py: real values for tensors made from the script's host data;
+- this module: what they share, `check()` over all of them, and the compile windows and caches.
+
+`check()` verifies every symbol still exists so a torch upgrade fails loudly
+(tests/test_warm_compat.py) instead of warming wrongly.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+from typing import Any, Callable
+
+import torch
+
+from pcompile.compat.gate import TORCH_RANGE as SUPPORTED  # one range for hooks and warm
+
+CHECKED = {"torch": "2.11.0, 2.14.1, 2.15.0 (2.15: check() and tests/test_warm*.py)"}
+
+#: the warm modules whose check() this module's check() runs too
+CONCERNS = ("warm_fakes", "warm_launches", "warm_timings", "warm_training", "warm_values")
+
+# (module path, attribute) of every private symbol used below.
+PRIVATE_SYMBOLS: list[tuple[str, str]] = [
+    ("torch._inductor.compile_fx", "joint_graph_passes"),
+    ("torch._inductor.compile_fx", "_compile_fx_inner"),
+    ("torch._inductor.compile_fx", "compile_fx"),
+    ("torch._inductor.config", "fx_graph_cache"),
+    ("torch._functorch.config", "enable_autograd_cache"),
+    ("torch._functorch._aot_autograd.autograd_cache", "autograd_cache_key"),
+    ("torch._dynamo.utils", "counters"),
+    ("torch.utils._triton", "triton_hash_with_backend"),
+]
+
+
+def marked(fn: Any, concern: str) -> bool:
+    """Whether `fn` already carries this concern's wrapper. One marker per concern: several
+    concerns wrap the same function (functools.wraps copies the marks outward)."""
+    return concern in getattr(fn, "_pcompile_patches", ())
+
+
+def mark(fn: Any, concern: str) -> None:
+    fn._pcompile_patches = (*getattr(fn, "_pcompile_patches", ()), concern)
+
+
+def torch_version() -> tuple[int, int]:
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    return int(major), int(minor)
+
+
+def version_supported() -> bool:
+    return SUPPORTED[0] <= torch_version() <= SUPPORTED[1]
+
+
+def _resolve(module: str, attr: str) -> Any:
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except ModuleNotFoundError:
+        parent, cls = module.rsplit(".", 1)  # a class attribute: "pkg.mod.Class", "attr"
+        return getattr(getattr(importlib.import_module(parent), cls), attr)
+
+
+def missing(symbols: list[tuple[str, str]]) -> list[str]:
+    """The dotted names among `symbols` that do not resolve in this torch."""
+    gone = []
+    for module, attr in symbols:
+        try:
+            _resolve(module, attr)
+        except (ImportError, AttributeError):
+            gone.append(f"{module}.{attr}")
+    return gone
+
+
+def check() -> list[str]:
+    """Names of private symbols the whole warm path needs that this torch lacks (empty when all is well)."""
+    gone = missing(PRIVATE_SYMBOLS)
+    for name in CONCERNS:  # imported here: each of them imports this module's marks
+        gone += importlib.import_module(f"pcompile.compat.{name}").check()
+    return gone
+
+
+def during_inductor_compile(enter: Callable[[], None], leave: Callable[[], None]) -> None:
+    """Call enter()/leave() around Inductor's joint-graph passes and each inner compile
+    (forward, and the lazily compiled backward), the windows where strict mode applies."""
+    import torch._inductor.compile_fx as cfx
+
+    if marked(cfx._compile_fx_inner, "during_inductor_compile"):
+        return
+
+    def windowed(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def inner(*args: Any, **kwargs: Any) -> Any:
+            enter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                leave()
+
+        mark(inner, "during_inductor_compile")
+        return inner
+
+    cfx.joint_graph_passes = windowed(cfx.joint_graph_passes)
+    cfx._compile_fx_inner = windowed(cfx._compile_fx_inner)
+
+
+def normalize_graphs_before_inductor(normalize: Callable[[Any], Any]) -> None:
+    """Dynamo annotates graph inputs with the type of the value it saw (FakeTensor here,
+    Parameter/Tensor in the GPU job) and AOTAutograd hashes that code. Normalise every graph
+    that reaches Inductor, whichever backend string the script used (the pcompile backend does
+    the same; doing it twice is harmless)."""
+    import torch._inductor.compile_fx as cfx
+
+    original = cfx.compile_fx
+    if marked(original, "normalize_graphs_before_inductor"):
+        return
+
+    @functools.wraps(original)
+    def compile_fx(model: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(model, torch.fx.GraphModule):
+            model = normalize(model)
+        return original(model, *args, **kwargs)
+
+    mark(compile_fx, "normalize_graphs_before_inductor")
+    cfx.compile_fx = compile_fx
+
+
+def dump_aot_keys(path: str) -> None:
+    """Diagnostics: append every AOTAutograd cache key with its per-field hash lines to `path`
+    (JSON lines), so a warm process and a GPU job can be diffed field by field on a miss."""
+    import json
+
+    from torch._functorch._aot_autograd import autograd_cache as ac
+
+    original = ac.autograd_cache_key
+    if getattr(original, "_pcompile_dump", False):
+        return
+
+    @functools.wraps(original)
+    def autograd_cache_key(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        try:
+            key, lines = result
+            with open(path, "a") as fh:
+                fh.write(json.dumps({"key": key, "lines": [str(x)[:2000] for x in lines]}) + "\n")
+        except Exception:
+            pass
+        return result
+
+    autograd_cache_key._pcompile_dump = True  # type: ignore[attr-defined]
+    ac.autograd_cache_key = autograd_cache_key
+
+
+def enable_graph_caches() -> list[str]:
+    """Switch on the FX graph and AOTAutograd caches if something turned them off; names what
+    changed. Their default (on) values are what a GPU job has, so normally nothing changes; the
+    functorch flag is part of every AOTAutograd key, so it is never touched when pcompile's own
+    install has set it."""
+    import torch._functorch.config as fc
+    import torch._inductor.config as ic
+
+    changed = []
+    if not ic.fx_graph_cache:
+        ic.fx_graph_cache = True
+        changed.append("inductor.fx_graph_cache")
+    if not fc.enable_autograd_cache and not getattr(fc, "enable_remote_autograd_cache", None):
+        fc.enable_autograd_cache = True
+        changed.append("functorch.enable_autograd_cache")
+    return changed
+
+
+def triton_backend_hash() -> str:
+    from torch.utils._triton import triton_hash_with_backend
+
+    return str(triton_hash_with_backend())
+
+
+def counters() -> dict[str, dict[str, int]]:
+    from torch._dynamo.utils import counters as c
+
+    return {k: dict(v) for k, v in c.items()}
+
+
+def max_autotune_enabled() -> bool:
+    import torch._inductor.config as ic
+
+    return bool(ic.max_autotune or ic.max_autotune_gemm or ic.max_autotune_pointwise or ic.coordinate_descent_tuning)

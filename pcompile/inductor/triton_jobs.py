@@ -1,0 +1,32 @@
+"""The Triton compile jobs a pool runs, with the software report the parent checks.
+
+A pool worker (node daemon or Ray actor) unpickles and calls `run_triton_job`: the stock
+Inductor worker compile (compat/pool_hook.py) plus the versions of torch, Triton, ptxas and
+Python that built it (keys/versions.py), so the parent publishes only what its own key
+describes. The two halves live on different floors (compat below keys), so they meet here.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from pcompile.compat import pool_hook
+from pcompile.keys.versions import build_software
+
+
+def run_triton_job(
+    kernel_name: str,
+    source: str,
+    extra_env: dict[str, str | None] | None,
+    extra_config: dict[str, Any],
+    triton_env_wanted: dict[str, str] | None = None,
+) -> pool_hook.TritonResult:
+    """Worker side: compile one kernel; see pool_hook.run_triton_job for the arguments."""
+    result = pool_hook.run_triton_job(kernel_name, source, extra_env, extra_config, triton_env_wanted)
+    return dataclasses.replace(result, software=build_software(pool_hook.arch_of(source)))
+
+
+def compile_in_process(job: pool_hook.TritonJob) -> pool_hook.TritonResult:
+    """The parent's fallback: pool_hook.compile_in_process with the same software report."""
+    result = pool_hook.compile_in_process(job)
+    return dataclasses.replace(result, software=build_software(pool_hook.arch_of(job.source)))
