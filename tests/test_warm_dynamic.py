@@ -57,10 +57,10 @@ SCRIPT = textwrap.dedent("""\
     """)
 
 
-def warm(job: Path, cache: Path, mode: str) -> tuple[int, dict, str]:
+def warm(job: Path, cache: Path, mode: str, **extra_env: str) -> tuple[int, dict, str]:
     cmd = [sys.executable, "-m", "pcompile.cli.main", "warm", str(job / "train.py"), "--target", "h100",
            "--cache-dir", str(cache), "--json", "--", mode]
-    env = dict(os.environ, PCOMPILE_PROGRESS="0", PCOMPILE_DISABLE="1", TORCH_LOGS="recompiles")
+    env = dict(os.environ, PCOMPILE_PROGRESS="0", PCOMPILE_DISABLE="1", TORCH_LOGS="recompiles", **extra_env)
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=str(job))
     last = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
     return out.returncode, json.loads(last[-1]) if last else {}, out.stdout + out.stderr
@@ -92,3 +92,24 @@ def test_both_lengths_are_warmed_and_a_second_run_compiles_nothing(tmp_path, mod
     assert c2["aot_autograd"]["autograd_cache_hit"] == aot_saved, c2
     assert c2["aot_autograd"].get("autograd_cache_miss", 0) == aot_restarts and not c2["aot_autograd"].get("autograd_cache_saved"), c2
     assert res2["written"] == {"fxgraph": 0, "aotautograd": 0, "triton": 0}
+
+
+def test_automatic_dynamic_profile_is_kept_in_the_cache_dir_for_the_next_job(tmp_path):
+    """With a job id (torch.compiler.config.job_id / TORCH_COMPILE_JOB_ID), torch >= 2.6 keeps
+    automatic-dynamic "code state" (torch._dynamo.pgo) in Inductor's cache dir, which pcompile points
+    at <cache>/inductor: the warm writes it there, and the next job with the same job id and cache dir
+    compiles the dynamic graph at once, which the warm has already compiled (no recompile, all hits).
+    Without a job id torch keeps none, so stock and warm alike recompile once (test above)."""
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "train.py").write_text(SCRIPT)
+    cache = tmp_path / "cache"
+    rc, res, log = warm(job, cache, "auto", TORCH_COMPILE_JOB_ID="demo-job")
+    assert rc == 0 and "Recompiling" in log, log[-3000:]
+    states = list((cache / "inductor" / "dynamo").glob("code_state_demo-job*.pkl"))
+    assert len(states) == 1 and str(tmp_path) not in states[0].name, states
+    rc, res2, log = warm(job, cache, "auto", TORCH_COMPILE_JOB_ID="demo-job")
+    c2 = res2["report"]["counters"]
+    assert rc == 0 and "Recompiling" not in log, log[-3000:]
+    assert c2["inductor"].get("fxgraph_cache_miss", 0) == 0 and c2["inductor"]["fxgraph_cache_hit"] == 2, c2
+    assert c2["aot_autograd"].get("autograd_cache_miss", 0) == 0 and res2["written"]["fxgraph"] == 0, c2
