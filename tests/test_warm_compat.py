@@ -168,6 +168,9 @@ def test_host_data_keeps_its_values_and_model_state_stays_a_placeholder(scoped):
         rows, cols = torch.where(valid)
         assert rows.tolist() == [0, 0, 1, 1] and y[rows, cols].cpu().tolist() == [1, 3, 5, 6]
         assert torch.arange(4, device="cuda").cumsum(0).tolist() == [0, 1, 3, 6]
+        buf = torch.empty(2, 3, dtype=torch.long, device="cuda")
+        buf.copy_(labels)  # a preallocated device buffer filled from the host
+        assert buf.eq(-100).sum().item() == 2
         assert counted() == start  # real values: no placeholder read
         lin = torch.nn.Linear(3, 2).cuda()
         assert lin.weight.sum().item() == 0.0 and counted() == start + 1  # parameters stay placeholders

@@ -118,6 +118,11 @@ def written_tensors(func: Any, args: Any, kwargs: Any) -> list[torch.Tensor]:
     return out
 
 
+#: ops that overwrite every element of their first argument: its old values do not matter
+#: (`buf.copy_(host_labels)` into a buffer made with torch.empty gets the labels' values)
+_OVERWRITING = frozenset({"copy_", "fill_", "zero_"})
+
+
 def _host(x: Any) -> Any:
     if isinstance(x, torch.device) and x.type == "cuda":
         return torch.device("cpu")
@@ -126,7 +131,15 @@ def _host(x: Any) -> Any:
     return x
 
 
-def eligible(func: Any, flat_inputs: list[Any]) -> bool:
+def _overwritten(func: Any, args: Any) -> Any:
+    """The fake `func` overwrites whole (its first argument), if it is one of _OVERWRITING."""
+    packet = getattr(func, "overloadpacket", None)
+    if packet is not None and packet.__name__ in _OVERWRITING and args and _is_fake(args[0]):
+        return args[0]
+    return None
+
+
+def eligible(func: Any, flat_inputs: list[Any], overwritten: Any = None) -> bool:
     """Whether `func` on these inputs can run on shadows: every fake input has one, no input
     is a parameter-like tensor (requires grad) or too big, and the op is neither random nor
     uninitialised memory."""
@@ -139,7 +152,9 @@ def eligible(func: Any, flat_inputs: list[Any]) -> bool:
     for x in flat_inputs:
         if not isinstance(x, torch.Tensor):
             continue
-        if _is_fake(x):
+        if x is overwritten:
+            n += x.numel()
+        elif _is_fake(x):
             s = SHADOWS.get(x)
             if s is None:
                 return False
@@ -157,10 +172,14 @@ def run_on_shadows(func: Any, args: Any, kwargs: Any) -> tuple[bool, Any]:
     """(True, result of `func` on CPU with every fake replaced by its shadow), or (False, None)
     where that is not possible (see eligible) or the CPU run raises."""
     flat = tree_flatten((args, kwargs))[0]
-    if not eligible(func, flat):
+    dst = _overwritten(func, args)
+    if not eligible(func, flat, dst):
         return False, None
     try:
-        return True, func(*tree_map(_host, args), **tree_map(_host, kwargs))
+        host_args = tree_map(_host, args)
+        if dst is not None and host_args[0] is None:  # a fresh CPU twin for the overwritten tensor
+            host_args = (torch.empty_strided(tuple(dst.shape), dst.stride(), dtype=dst.dtype), *host_args[1:])
+        return True, func(*host_args, **tree_map(_host, kwargs))
     except Exception:
         return False, None
 
