@@ -52,3 +52,21 @@ def test_tty_gets_a_bar() -> None:
             p.advance()
     text = out.getvalue()
     assert "verifying" in text and "4/4" in text and "━" in text
+
+
+def test_failed_work_does_not_say_done() -> None:
+    res = run_py("""
+from pcompile.progress import progress
+try:
+    with progress(4, "warming", interval=60) as p:
+        p.advance()
+        raise RuntimeError("the script failed")
+except RuntimeError:
+    pass
+with progress(4, "checking", interval=60) as p:
+    p.advance()
+    p.fail("stopped")
+""")
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith(("warming", "checking"))]
+    assert lines[-2].startswith("warming: 1/4") and lines[-2].endswith("- failed"), lines
+    assert lines[-1].endswith("- stopped") and not any(ln.endswith("done") for ln in lines), lines
