@@ -41,7 +41,7 @@ def _write(path: Path, data: bytes, mode: int, force: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pcompile.trust.keys import ENV_HMAC_KEY_FILE, ENV_SIGNING_KEY_FILE, ENV_VERIFY_KEY_FILE, generate_ed25519, generate_hmac
+    from pcompile.trust.signing_keys import ENV_HMAC_KEY_FILE, ENV_SIGNING_KEY_FILE, ENV_VERIFY_KEY_FILE, generate_ed25519, generate_hmac
 
     out = Path(args.out).expanduser().absolute()
     out.mkdir(parents=True, exist_ok=True)

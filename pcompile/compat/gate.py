@@ -8,15 +8,16 @@ version (tests use them to exercise the fallback without installing another torc
 
 It sits in compat, the ground floor, because its ranges are what the compat modules were read
 against, and because everything above it (hooks, warm, pool) asks it first. It touches no private
-name itself. `warn_once` here is the process-wide one-warning-per-problem helper.
+name itself. Its warning goes through pcompile/warn.py, the one `warn_once`.
 """
 from __future__ import annotations
 
 import logging
 import os
 import re
-import threading
-import warnings
+
+from pcompile.errors import PcompileFallbackWarning  # noqa: F401  (what the gate warns with)
+from pcompile.warn import warn_once
 
 log = logging.getLogger("pcompile.inductor")
 
@@ -29,23 +30,6 @@ TRITON_RANGE = ((3, 6), (3, 9))
 
 ENV_PRETEND_TORCH = "PCOMPILE_PRETEND_TORCH_VERSION"
 ENV_PRETEND_TRITON = "PCOMPILE_PRETEND_TRITON_VERSION"
-
-
-class PcompileFallbackWarning(UserWarning):
-    """pcompile could not hook this torch/triton and runs stock Inductor instead."""
-
-
-_warned: set[str] = set()
-_lock = threading.Lock()
-
-
-def warn_once(tag: str, message: str) -> None:
-    """One warning per tag per process, however many compiles hit the same problem."""
-    with _lock:
-        if tag in _warned:
-            return
-        _warned.add(tag)
-    warnings.warn(message, PcompileFallbackWarning, stacklevel=3)
 
 
 def _major_minor(version: str) -> tuple[int, int] | None:

@@ -16,8 +16,8 @@ import importlib
 import importlib.util
 from typing import Any, Iterator
 
-from pcompile.compat import gate
-from pcompile.inductor import backward_ahead, flight, hooks, private_dir
+from pcompile.warn import warn_once
+from pcompile.inductor import backward_ahead, store_gateway, hooks, private_dir
 from pcompile import compat
 from pcompile.inductor.timing import span
 
@@ -56,7 +56,7 @@ def normalize(gm: Any) -> None:
         if callable(fn):
             fn(gm)
     except Exception as exc:
-        gate.warn_once("normalize", f"pcompile: graph normalisation failed ({type(exc).__name__}: {exc}); "
+        warn_once("normalize", f"pcompile: graph normalisation failed ({type(exc).__name__}: {exc}); "
                        "keys may differ between the warm host and this job")
 
 
@@ -75,7 +75,7 @@ def compile_scope(gm: Any) -> Iterator[None]:
         from pcompile.compat import lazy_backward
 
         eager = lazy_backward.eager_backward()
-    with span("graph_compile", key=_graph_name(gm), backend="pcompile") as ev, flight.scope() as sc, eager, \
+    with span("graph_compile", key=_graph_name(gm), backend="pcompile") as ev, store_gateway.scope() as sc, eager, \
             backward_ahead.allowed():
         yield
         ev.outcome = sc.outcome

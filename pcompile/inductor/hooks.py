@@ -17,6 +17,7 @@ import os
 import threading
 
 from pcompile.compat import gate
+from pcompile.warn import warn_once
 from pcompile.inductor import env
 from pcompile import compat
 
@@ -60,7 +61,7 @@ def install_hooks() -> bool:
         try:
             env.set_cache_dirs()
         except Exception as exc:
-            gate.warn_once("env", f"pcompile: cannot resolve the cache directory ({exc}); compiling with stock Inductor")
+            warn_once("env", f"pcompile: cannot resolve the cache directory ({exc}); compiling with stock Inductor")
             return False
         layers: list[str] = []
         stock: dict[str, str] = {}
@@ -74,7 +75,7 @@ def install_hooks() -> bool:
         state.active = bool(layers)
         if stock:
             detail = "; ".join(f"{layer}: {why}" for layer, why in sorted(stock.items()))
-            gate.warn_once("partial", f"pcompile: these cache layers stay stock in this torch/triton ({detail}); "
+            warn_once("partial", f"pcompile: these cache layers stay stock in this torch/triton ({detail}); "
                            "the other layers are cached. Please report this with your torch and triton versions")
         log.info("pcompile: hooks on for %s", ", ".join(layers) or "nothing")
         _install_pool()
@@ -90,10 +91,10 @@ def _install_remote(layers: list[str], stock: dict[str, str]) -> None:
         for layer in ("graph", "autograd", "autotune"):
             stock[layer] = reason
         return
-    from pcompile.inductor import remote_backend
+    from pcompile.inductor import store_adapter
     from pcompile.compat import remote_cache
 
-    remote_backend.install()
+    store_adapter.install()
     keep_local = os.environ.get(ENV_KEEP_LOCAL, "").strip().lower() in {"1", "true", "yes", "on"}
     state.flags = remote_cache.enable_flags(replace_local=not keep_local)
     layers.extend(["graph", "autograd", "autotune"])
@@ -132,7 +133,7 @@ def _install_device_index() -> None:
 
     reason = device_index.install()
     if reason is not None and device_index.enabled():
-        gate.warn_once("device_index", f"pcompile: entries stay per GPU index in this torch ({reason}); "
+        warn_once("device_index", f"pcompile: entries stay per GPU index in this torch ({reason}); "
                        "ranks on other GPUs of a node compile their own")
 
 
@@ -149,7 +150,7 @@ def _install_pool() -> None:
         if callable(install):
             install()
     except Exception as exc:
-        gate.warn_once("pool", f"pcompile: the compile pool could not start ({type(exc).__name__}: {exc}); compiling in-process")
+        warn_once("pool", f"pcompile: the compile pool could not start ({type(exc).__name__}: {exc}); compiling in-process")
 
 
 def _install_backward_ahead() -> None:
@@ -162,14 +163,14 @@ def _install_backward_ahead() -> None:
         return
     reason = compat.check("backward_graph")
     if reason is not None:
-        gate.warn_once("backward_graph", f"pcompile: backward graphs compile after their forward in this torch ({reason})")
+        warn_once("backward_graph", f"pcompile: backward graphs compile after their forward in this torch ({reason})")
         return
     from pcompile.compat import backward_graph
 
     backward_graph.install(backward_ahead.on_partition, backward_ahead.around_backward)
-    from pcompile.inductor import flight
+    from pcompile.inductor import store_gateway
 
-    flight.add_listener(backward_ahead.on_lookup)
+    store_gateway.add_listener(backward_ahead.on_lookup)
     backward_ahead.start_early()
 
 
@@ -186,9 +187,9 @@ def uninstall_hooks() -> None:
     """Back to stock (tests). Environment variables pcompile set are left as they are."""
     with _lock:
         if compat.check("remote_cache") is None:
-            from pcompile.inductor import remote_backend
+            from pcompile.inductor import store_adapter
 
-            remote_backend.uninstall()
+            store_adapter.uninstall()
         if compat.check("cpp_compile") is None:
             from pcompile.inductor import cpp_cache
 

@@ -34,7 +34,7 @@ from pcompile.inductor import device_index, triton_jobs
 from pcompile.compat import pool_hook
 from pcompile.keys import Target, fingerprint, make_key
 from pcompile.keys.key import Key, KeyInputs, canonical_json
-from pcompile.pool.client import warn_once
+from pcompile.warn import warn_once
 from pcompile.pool.errors import JobTimedOut, PoolError, WorkerCrashed
 
 log = logging.getLogger("pcompile.inductor.pool")
@@ -72,7 +72,7 @@ def pool_kind(raw: str | None = None) -> tuple[str, str | None]:
         return "local", None
     if low in ("off", "0", "stock", "none"):
         return "off", None
-    warn_once(f"pool-kind:{raw}", f"pcompile: {ENV_POOL}={raw!r} is not node, ray, ray://ADDRESS, local or off; using node")
+    warn_once(f"pool-kind:{raw}", f"pcompile: {ENV_POOL}={raw!r} is not node, ray, ray://ADDRESS, local or off; using node", logger=log)
     return "node", None
 
 
@@ -133,7 +133,7 @@ class KernelRouter:
                 # Remote actors use their own cache dirs: the parent's absolute paths mean nothing there.
                 return RayPool(address, actors=actors, job_timeout=self.timeout, preload=WORKER_PRELOAD)
             except Exception as exc:
-                warn_once("ray-import", f"pcompile: Ray pool unavailable ({type(exc).__name__}: {exc}); using the node pool")
+                warn_once("ray-import", f"pcompile: Ray pool unavailable ({type(exc).__name__}: {exc}); using the node pool", logger=log)
                 kind = self.kind = "node"
         if kind == "node":
             from pcompile.pool.client import NodePool
@@ -224,7 +224,7 @@ class KernelRouter:
             key, inputs, fp = self.key_for(job)
             store = self.store
         except Exception as exc:
-            warn_once("store-open", f"pcompile: kernel cache unavailable ({type(exc).__name__}: {exc}); compiling without it")
+            warn_once("kernel-store-open", f"pcompile: kernel cache unavailable ({type(exc).__name__}: {exc}); compiling without it", logger=log)
             self._count("uncached")
             return pickle.loads(self.compile(job, None).data), "compiled"
 
@@ -239,7 +239,7 @@ class KernelRouter:
         try:
             entry, outcome = store.get_or_compute(key, compute)
         except (PoolError, OSError) as exc:
-            warn_once("store-compute", f"pcompile: kernel cache failed ({type(exc).__name__}: {exc}); compiling without it")
+            warn_once("store-compute", f"pcompile: kernel cache failed ({type(exc).__name__}: {exc}); compiling without it", logger=log)
             self._count("uncached")
             return pickle.loads(self.compile(job, None).data), "compiled"
         self._count(outcome)
@@ -250,7 +250,7 @@ class KernelRouter:
         try:
             return pickle.loads(entry.blobs[BLOB]), ("compiled" if outcome == "compiled" else "hit")
         except Exception as exc:  # e.g. an entry from an incompatible build that slipped through
-            warn_once("unpickle", f"pcompile: cached kernel {key} does not load here ({type(exc).__name__}: {exc}); recompiling in-process")
+            warn_once("unpickle", f"pcompile: cached kernel {key} does not load here ({type(exc).__name__}: {exc}); recompiling in-process", logger=log)
             self._count("fallback")
             return pickle.loads(triton_jobs.compile_in_process(job).data), "compiled"
 
@@ -270,10 +270,10 @@ class KernelRouter:
         try:
             result = future.result()
         except (WorkerCrashed, JobTimedOut) as exc:
-            warn_once(f"crash:{job.kernel_name}", f"pcompile: {exc}; compiling {job.kernel_name} in-process instead")
+            warn_once(f"crash:{job.kernel_name}", f"pcompile: {exc}; compiling {job.kernel_name} in-process instead", logger=log)
             return self._fallback(job)
         if fp is not None and not self._same_build(result.software, fp):
-            warn_once("software", f"pcompile: a worker runs other software ({result.software}) than this process; compiling in-process")
+            warn_once("software", f"pcompile: a worker runs other software ({result.software}) than this process; compiling in-process", logger=log)
             return self._fallback(job)
         return result
 
@@ -387,7 +387,7 @@ _listening = False
 
 
 def _on_lookup(kind: str, key: str, outcome: str) -> None:
-    """flight calls this on every lookup: a graph entry this process must build (missed, or
+    """store_gateway calls this on every lookup: a graph entry this process must build (missed, or
     leased to it) means kernels will follow, so the router's probes start now."""
     if kind in _COMPILING and outcome in ("leased", "miss") and _router is not None and _router_pid == os.getpid():
         _router.warm_up_soon()
@@ -396,9 +396,9 @@ def _on_lookup(kind: str, key: str, outcome: str) -> None:
 def _listen_for_first_compile() -> None:
     global _listening
     if not _listening:
-        from pcompile.inductor import flight
+        from pcompile.inductor import store_gateway
 
-        flight.add_listener(_on_lookup)
+        store_gateway.add_listener(_on_lookup)
         _listening = True
 
 
@@ -423,19 +423,19 @@ def install_pool() -> bool:
                 unsupported_reason = lambda: None  # noqa: E731
             reason = unsupported_reason()
             if reason:
-                warn_once("pool-gate", f"pcompile: {reason}; Triton kernels compile with stock Inductor")
+                warn_once("pool-gate", f"pcompile: {reason}; Triton kernels compile with stock Inductor", logger=log)
                 return False
             try:
                 pool_hook.check()
             except CompatError as exc:
-                warn_once("pool-compat", f"pcompile: Inductor's compile pool API changed ({exc}); Triton kernels compile with stock Inductor")
+                warn_once("pool-compat", f"pcompile: Inductor's compile pool API changed ({exc}); Triton kernels compile with stock Inductor", logger=log)
                 return False
             if pool_hook.ensure_compile_threads() <= 1:
                 return False  # the user asked for serial compiles
             if pool_hook.thread_workers():
                 warn_once("pool-threads", "pcompile: Inductor compiles Triton kernels on threads here (compile_worker_mode "
                           "'thread' or free-threaded Python), not through a process pool: pcompile's pool is not used; "
-                          "kernels still go through the store")
+                          "kernels still go through the store", logger=log)
                 return False
             pool_hook.set_ptxas_path()
             if pool_hook.installed():
@@ -446,7 +446,7 @@ def install_pool() -> bool:
             pool_hook.prime_ready()
             return True
         except Exception as exc:  # never break a compile over the pool
-            warn_once("pool-install", f"pcompile: could not install the compile pool ({type(exc).__name__}: {exc}); using stock Inductor")
+            warn_once("pool-install", f"pcompile: could not install the compile pool ({type(exc).__name__}: {exc}); using stock Inductor", logger=log)
             return False
 
 

@@ -113,14 +113,14 @@ def _predict_winner(autotuner: Any, report: dict[str, Any]) -> bool:
     """File Inductor's no-benchmark choice for this kernel in pcompile's store (never raises)."""
     try:
         from pcompile import compat as inductor_compat
-        from pcompile.inductor import remote_backend
+        from pcompile.inductor import store_adapter
         from pcompile.compat import autotune_choice
 
         reason = inductor_compat.check("autotune_choice")
         if reason is not None:
             report["autotune_predict_error"] = reason
             return False
-        if autotune_choice.publish_prediction(autotuner, remote_backend.predicting):
+        if autotune_choice.publish_prediction(autotuner, store_adapter.predicting):
             return True
         name = getattr(getattr(autotuner, "fn", None), "__name__", "?")
         report.setdefault("autotune_not_predicted", {})[name] = autotune_choice.why_not(autotuner) or "?"

@@ -25,7 +25,7 @@ import os
 import threading
 from typing import Any, Iterator
 
-from pcompile.inductor import flight
+from pcompile.inductor import store_gateway
 from pcompile.thread_flags import raised
 from pcompile.compat import remote_cache as compat
 
@@ -49,7 +49,7 @@ def autotune_policy() -> str:
     """PCOMPILE_AUTOTUNE: whether a missing measured winner may be replaced by a warm's prediction."""
     raw = (os.environ.get(ENV_AUTOTUNE) or "predicted").strip().lower()
     if raw not in AUTOTUNE_POLICIES:
-        from pcompile.compat.gate import warn_once
+        from pcompile.warn import warn_once
 
         warn_once("autotune-policy", f"pcompile: {ENV_AUTOTUNE}={raw!r} is not one of {', '.join(AUTOTUNE_POLICIES)}; "
                   "using 'predicted'")
@@ -67,7 +67,7 @@ def predicting() -> Iterator[None]:
 def _predicted_lookup(key: str) -> bytes | None:
     if autotune_policy() != "predicted":
         return None
-    entry = flight.lookup("autotune_predicted", key, single_flight=False, stats_layer="autotune-predicted")
+    entry = store_gateway.lookup("autotune_predicted", key, single_flight=False, stats_layer="autotune-predicted")
     return None if entry is None else entry.blobs.get(BLOB)
 
 
@@ -91,7 +91,7 @@ def backend_class(layer: str) -> type:
     base = compat.backend_base()
 
     def _get(self: Any, key: str) -> bytes | None:
-        entry = flight.lookup(kind, key, single_flight=single_flight)
+        entry = store_gateway.lookup(kind, key, single_flight=single_flight)
         if entry is None:
             return _predicted_lookup(key) if layer == "autotune" else None
         return entry.blobs.get(BLOB)
@@ -103,10 +103,10 @@ def backend_class(layer: str) -> type:
             return  # torch's serde always gives bytes; anything else is not ours to store
         data = bytes(data)
         if layer == "autotune" and getattr(_tls, "predicting", False):
-            flight.publish("autotune_predicted", key, {BLOB: data}, compiled=False,
+            store_gateway.publish("autotune_predicted", key, {BLOB: data}, compiled=False,
                            meta={"inductor_key": key, "source": "pcompile.warm.predicted", "predicted": True})
             return
-        flight.publish(kind, key, {BLOB: data}, meta={"inductor_key": key, "source": f"inductor.{layer}"},
+        store_gateway.publish(kind, key, {BLOB: data}, meta={"inductor_key": key, "source": f"inductor.{layer}"},
                        compile_seconds=_time_taken(data))
 
     name = "Pcompile" + "".join(part.title() for part in layer.split("_")) + "Backend"
