@@ -14,7 +14,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from pcompile.inductor.pool_install import pool_kind  # noqa: E402
+from pcompile.pool.choose import pool_kind  # noqa: E402
 from pcompile.pool import JobTimedOut, WorkerCrashed  # noqa: E402
 from pcompile.pool.ray_pool import RayPool  # noqa: E402
 

@@ -8,8 +8,8 @@ while lowering continues, and the module-load calls), it:
    DeviceProperties, ptxas=True, extra={artifact, extra_config, libdevice})),
 2. calls `store.get_or_compute(key, compile)`: a hit in any tier returns the stored pickle; a
    miss takes the single-flight lease, so each kernel compiles once across ranks and hosts,
-3. compiles on the pool chosen by PCOMPILE_POOL: `node` (default: this node's shared daemon),
-   `ray` / `ray://ADDRESS` (CPU-only Ray actors), `local` (threads in this process),
+3. compiles on the pool chosen by PCOMPILE_POOL (pool/choose.py): `node` (default: this node's
+   shared daemon), `ray` / `ray://ADDRESS` (CPU-only Ray actors), `local` (threads in this process),
 4. stores exactly what the stock worker returns, pickled, and resolves Inductor's future with
    the unpickled `(CachingAutotuner, elapsed_us)`, so Inductor's own `get_result` runs unchanged.
 
@@ -30,77 +30,19 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
 from pcompile.config import Settings
-from pcompile.inductor import device_index, triton_jobs
+from pcompile.inductor import device_index, layer_keys, triton_jobs
 from pcompile.compat import pool_hook
-from pcompile.keys import Target, fingerprint, make_key
-from pcompile.keys.key import Key, KeyInputs, canonical_json
+from pcompile.keys.key import Key, KeyInputs
 from pcompile.warn import warn_once
+from pcompile.pool.choose import job_timeout, local_threads, pool_kind, start_pool
 from pcompile.pool.errors import JobTimedOut, PoolError, WorkerCrashed
 
 log = logging.getLogger("pcompile.inductor.pool")
 
-ENV_POOL = "PCOMPILE_POOL"
-ENV_IDLE_EXIT = "PCOMPILE_POOL_IDLE_EXIT"
-ENV_JOB_TIMEOUT = "PCOMPILE_POOL_JOB_TIMEOUT"
-ENV_RAY_ACTORS = "PCOMPILE_RAY_ACTORS"
 ENV_IN_WORKER = "PCOMPILE_POOL_WORKER"
 ENV_EAGER = "PCOMPILE_POOL_EAGER"
-DEFAULT_IDLE_EXIT = 120.0
-ARTIFACT = "inductor-triton-worker-result-v1"
 BLOB = "result"
 WORKER_PRELOAD = (*pool_hook.WORKER_MODULES, "pcompile.inductor.triton_jobs", "pcompile.inductor.worker_prewarm")
-
-
-def _env_float(name: str, default: float) -> float:
-    try:
-        return float(os.environ.get(name) or default)
-    except ValueError:
-        return default
-
-
-def pool_kind(raw: str | None = None) -> tuple[str, str | None]:
-    """('node'|'ray'|'local'|'off', ray address or None) from PCOMPILE_POOL."""
-    raw = (os.environ.get(ENV_POOL, "") if raw is None else raw).strip()
-    if raw.startswith("ray://"):
-        return "ray", raw
-    low = raw.lower()
-    if low in ("", "node", "daemon", "1", "on"):
-        return "node", None
-    if low == "ray":
-        return "ray", None
-    if low in ("local", "inprocess", "in-process", "threads"):
-        return "local", None
-    if low in ("off", "0", "stock", "none"):
-        return "off", None
-    warn_once(f"pool-kind:{raw}", f"pcompile: {ENV_POOL}={raw!r} is not node, ray, ray://ADDRESS, local or off; using node", logger=log)
-    return "node", None
-
-
-class _LocalPool:
-    """`local` mode and the fallback for everything: threads in this process."""
-
-    def __init__(self, workers: int) -> None:
-        self._exec = ThreadPoolExecutor(max(1, workers), thread_name_prefix="pcompile-compile")
-        self.mode = "local"
-
-    def submit_job(self, fn: Callable[..., Any], args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None, *, fallback: Callable[[], Any] | None = None, **_: Any) -> Future:
-        if fallback is not None:
-            return self._exec.submit(fallback)
-        return self._exec.submit(fn, *args, **(kwargs or {}))
-
-    def shutdown(self, wait: bool = True, **_: Any) -> None:
-        self._exec.shutdown(wait=wait)
-
-
-@functools.lru_cache(maxsize=8)
-def _file_digest(path: str) -> str:
-    import xxhash
-
-    try:
-        with open(path, "rb") as f:
-            return xxhash.xxh3_64_hexdigest(f.read())
-    except OSError:
-        return "unreadable"
 
 
 class KernelRouter:
@@ -113,37 +55,20 @@ class KernelRouter:
         self.settings = settings or Settings.from_env()
         self.kind = kind
         self._store = store
-        self.timeout = _env_float(ENV_JOB_TIMEOUT, 600.0)
+        self.timeout = job_timeout()
         self.counts = {"hit": 0, "waited": 0, "compiled": 0, "uncached": 0, "fallback": 0}
         self._counts_lock = threading.Lock()
         self._waiters = ThreadPoolExecutor(64, thread_name_prefix="pcompile-kernel")
         self._fp_lock = threading.Lock()
-        self._fp_cache: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, str]] = {}
         self._warming = False
         self.eager = eager
         self.jobs = self._make_pool(kind, address)
 
     # -- pools ---------------------------------------------------------------------------
     def _make_pool(self, kind: str, address: str | None) -> Any:
-        if kind == "ray":
-            try:
-                from pcompile.pool.ray_pool import RayPool
-
-                actors = int(os.environ.get(ENV_RAY_ACTORS) or 0) or None
-                # Remote actors use their own cache dirs: the parent's absolute paths mean nothing there.
-                return RayPool(address, actors=actors, job_timeout=self.timeout, preload=WORKER_PRELOAD)
-            except Exception as exc:
-                warn_once("ray-import", f"pcompile: Ray pool unavailable ({type(exc).__name__}: {exc}); using the node pool", logger=log)
-                kind = self.kind = "node"
-        if kind == "node":
-            from pcompile.pool.client import NodePool
-            from pcompile.pool.launcher import DaemonOptions
-
-            options = DaemonOptions(
-                idle_exit=_env_float(ENV_IDLE_EXIT, DEFAULT_IDLE_EXIT), job_timeout=self.timeout, preload=WORKER_PRELOAD
-            )
-            return NodePool(self.settings.cache_dir, options, local_workers=_local_threads(), connect_now=self.eager)
-        return _LocalPool(_local_threads())
+        pool, self.kind = start_pool(kind, address, cache_dir=self.settings.cache_dir, timeout=self.timeout,
+                                     preload=WORKER_PRELOAD, eager=self.eager)
+        return pool
 
     @property
     def store(self) -> Any:
@@ -155,38 +80,13 @@ class KernelRouter:
 
     # -- keys ----------------------------------------------------------------------------
     def key_for(self, job: Any) -> tuple[Key, KeyInputs, dict[str, str]]:
-        """The kernel's key. The target comes from the DeviceProperties in the source (what
-        Triton really compiles for), not from this host, so a CPU-only warm host and the GPU
-        job agree. The source is hashed as for cuda:0 (its DeviceProperties index is the only
-        difference between GPUs of one board), so every rank of a node shares one entry; a result
-        is bound to the requesting kernel's index when it is resolved (device_index.py)."""
-        device = self.hook.device_of(job.source)
-        arch = (f"sm_{device[1]}" if device[0] == "cuda" else f"{device[0]}_{device[1]}") if device else "unknown"
-        libdevice = job.extra_env.get("TRITON_LIBDEVICE_PATH")
-        extra = {
-            "artifact": ARTIFACT,
-            "extra_config": canonical_json(job.extra_config).decode(),
-            "libdevice": _file_digest(libdevice) if libdevice else "bundled",
-            "triton_env": json.dumps(self.hook.triton_env(), sort_keys=True),
-        }
-        fp = self._fingerprint(arch, tuple(sorted(extra.items())))
-        key, inputs = make_key("kernel", device_index.kernel_key_source(job.source), fp)
-        return key, inputs, fp
-
-    def _fingerprint(self, arch: str, extra: tuple[tuple[str, str], ...]) -> dict[str, str]:
-        """Memoised: the first probe (triton_key, ptxas --version) costs ~0.5 s, and 64 waiter
-        threads computing it at once would each pay it under the GIL."""
-        cache_key = (arch, extra)
-        with self._fp_lock:
-            fp = self._fp_cache.get(cache_key)
-            if fp is None:
-                fp = self._fp_cache[cache_key] = fingerprint(Target(arch, ""), extra=dict(extra), ptxas=True)
-        return dict(fp)
+        """The kernel's key (layer_keys.pool_kernel_key: one place for every layer's keys)."""
+        return layer_keys.pool_kernel_key(job.source, job.extra_env, job.extra_config)
 
     def warm_up(self) -> None:
         """Run the slow version probes (ptxas, Triton's env) before the first kernel arrives."""
         try:
-            self._fingerprint("warmup", ())
+            layer_keys.pool_kernel_fingerprint("warmup", ())
             self.hook.triton_env()
         except Exception:
             pass
@@ -305,12 +205,6 @@ def _emit_kernel_event(job: Any, start: float, outcome: str, pool: str, built: d
         pass
 
 
-def _local_threads() -> int:
-    from pcompile.pool.sizing import pool_size
-
-    return pool_size().workers
-
-
 class InductorPool:
     """What `AsyncCompile.process_pool()` returns: `submit(fn, *args, **kwargs) -> Future`."""
 
@@ -330,7 +224,7 @@ class InductorPool:
             return self.router.submit(job)
         with self._lock:
             if self._local is None:
-                self._local = ThreadPoolExecutor(_local_threads(), thread_name_prefix="pcompile-other")
+                self._local = ThreadPoolExecutor(local_threads(), thread_name_prefix="pcompile-other")
         return self._local.submit(fn, *args, **kwargs)
 
     def shutdown(self, wait: bool = True, *args: Any, **kwargs: Any) -> None:
@@ -469,4 +363,4 @@ def counts() -> dict[str, int]:
     return dict(_router.counts) if _router is not None else {}
 
 
-__all__ = ["InductorPool", "KernelRouter", "counts", "install_pool", "pool_kind", "router", "uninstall_pool"]
+__all__ = ["InductorPool", "KernelRouter", "counts", "install_pool", "router", "uninstall_pool"]
