@@ -259,7 +259,7 @@ def summarize(r: dict) -> dict:
     keys = ("first_step_s", "steady_step_s", "kernel_ms_per_step", "startup_s", "process_wall_s", "wall_s", "compile_cpu_s", "rusage_cpu_s",
             "machine_cpu_s_all", "peak_mem_gib", "gpu", "torch", "triton", "cuda", "device", "amp", "description",
             "params_m", "gpu_used_by_warm", "error", "log", "threads_cpu_s", "machine_busy_first_step_s", "phases_s",
-            "kernel_router_counts", "cpu_by_group_s", "cpu_timeline", "cpu_sampler_error", "gc_first_step")
+            "kernel_router_counts", "cpu_by_group_s", "cpu_timeline", "cpu_sampler_error", "gc_first_step", "floor")
     out = {k: r[k] for k in keys if r.get(k) is not None}
     out["fxgraph_hit"] = _hits(r, "inductor", "fxgraph_cache_hit") or 0
     out["fxgraph_miss"] = _hits(r, "inductor", "fxgraph_cache_miss") or 0

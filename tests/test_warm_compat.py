@@ -15,7 +15,7 @@ from pcompile.warm import reads
 
 #: named here, not taken from warm_runtime.CONCERNS: a module left out of CONCERNS must still be
 #: checked (test_the_whole_check_covers_every_warm_module then fails on the omission)
-@pytest.mark.parametrize("name", ("warm_runtime", "warm_fakes", "warm_launches", "warm_timings", "warm_training"))
+@pytest.mark.parametrize("name", ("warm_runtime", "warm_fakes", "warm_launches", "warm_storage", "warm_timings", "warm_training"))
 def test_private_apis_present_in_this_torch(name):
     module = importlib.import_module(f"pcompile.compat.{name}")
     assert warm_runtime.version_supported(), f"torch {torch.__version__} outside {warm_runtime.SUPPORTED}"

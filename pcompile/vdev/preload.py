@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pcompile.vdev.build import LIB_NAME, NVML_NAME, build_root
+from pcompile.vdev.build import LIB_NAME, NVML_NAME, SANITIZE_MARK, build_root
 from pcompile.vdev.profile import DeviceProfile
 
 ENV_PROFILE = "PCOMPILE_VDEV_PROFILE"
@@ -39,6 +39,11 @@ def child_env(lib: Path, profile: DeviceProfile, workdir: Path, strict: bool, ba
     ours = (LIB_NAME, NVML_NAME)
     preload = [str(lib), str(lib.with_name(NVML_NAME))]
     preload += [p for p in env.get("LD_PRELOAD", "").split(":") if p and not p.endswith(tuple("/" + n for n in ours))]
+    runtime = lib.parent / SANITIZE_MARK  # a sanitized build: its runtime must be loaded first
+    if runtime.exists():
+        preload.insert(0, runtime.read_text().strip())
+        # Python and torch never free some memory at exit: leaks are not what this looks for
+        env.setdefault("ASAN_OPTIONS", "detect_leaks=0:allocator_may_return_null=1:handle_segv=1")
     env["LD_PRELOAD"] = ":".join(preload)
     # The host's GPUs never matter: torch counts devices from CUDA_VISIBLE_DEVICES and NVML before
     # CUDA initialises, so both must describe the virtual devices (NVML is ours, vnvml.c).

@@ -10,6 +10,11 @@
  *
  * No CUDA header is needed: the few types and enum values used are declared below (CUDA 13 ABI).
  *
+ * This file holds the device, memory table, modules and launches; vstream.c streams, events, capture
+ * and graphs; vvmm.c VMM, pools and synthetic addresses (shared declarations: vdev.h). build.py adds a
+ * weak, counted NOT_SUPPORTED stub for every other name in entry_points.txt, the list of what the
+ * installed torch/triton/NCCL/cuDNN/cuBLAS can ask for, and cuGetProcAddress resolves to them.
+ *
  * Environment:
  *   PCOMPILE_VDEV_PROFILE  flat profile file written by pcompile (required)
  *   PCOMPILE_VDEV_DEVICES  how many devices to expose (default 1, at most MAX_DEVICES); all share the
@@ -30,6 +35,8 @@
 #include <pthread.h>
 #include <execinfo.h>
 #include <stddef.h>
+#include <time.h>
+#include "vdev.h"
 
 /* ---------------------------------------------------------------- types (CUDA 13 ABI) --- */
 typedef int cudaError_t;
@@ -77,42 +84,17 @@ enum {
 #define OFF_TOTAL_GLOBAL_MEM 288
 #define OFF_MAJOR 360
 #define OFF_MINOR 364
+#define OFF_PCI_BUS 568
+#define OFF_PCI_DEVICE 572
+#define OFF_PCI_DOMAIN 576
 
 /* ---------------------------------------------------------------- counters --- */
-#define CALLS(X) \
-  X(cudaGetDeviceCount) X(cudaGetDevice) X(cudaSetDevice) X(cudaGetDeviceProperties) \
-  X(cudaDeviceGetAttribute) X(cudaDeviceGetStreamPriorityRange) X(cudaStreamIsCapturing) \
-  X(cudaStreamGetCaptureInfo) X(cudaGetLastError) X(cudaPeekAtLastError) X(cudaMalloc) X(cudaFree) \
-  X(cudaMallocHost) X(cudaHostAlloc) X(cudaFreeHost) X(cudaHostRegister) X(cudaHostUnregister) \
-  X(cudaMemcpy) X(cudaMemcpyAsync) X(cudaMemset) X(cudaMemsetAsync) X(cudaMemGetInfo) \
-  X(cudaStreamSynchronize) X(cudaDeviceSynchronize) X(cudaStreamQuery) X(cudaStreamWaitEvent) \
-  X(cudaStreamCreate) X(cudaStreamDestroy) X(cudaStreamGetPriority) X(cudaEventCreate) \
-  X(cudaEventDestroy) X(cudaEventRecord) X(cudaEventQuery) X(cudaEventSynchronize) \
-  X(cudaEventElapsedTime) X(cudaDriverGetVersion) X(cudaRuntimeGetVersion) \
-  X(cudaThreadExchangeStreamCaptureMode) X(cudaDeviceCanAccessPeer) X(cudaGetDriverEntryPoint) \
-  X(cudaPointerGetAttributes) X(cudaGetErrorString) X(cudaGetErrorName) \
-  X(launch) X(cudaPushCallConfiguration) X(cudaPopCallConfiguration) X(cudaGetKernel) \
-  X(cuInit) X(cuDriverGetVersion) X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetName) \
-  X(cuDeviceTotalMem) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxGetState) \
-  X(cuDevicePrimaryCtxRetain) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice) \
-  X(cuCtxSynchronize) X(cuModuleLoadData) X(cuModuleGetFunction) X(cuModuleUnload) \
-  X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuFuncSetCacheConfig) X(cuGetErrorString) \
-  X(cuLaunchKernel) X(cuOccupancyMaxActiveClusters) X(cuPointerGetAttribute) X(cuStreamIsCapturing) X(not_supported) \
-  X(entry_point_missing)
-
-enum {
-#define ENUM_ENTRY(n) C_##n,
-  CALLS(ENUM_ENTRY)
-#undef ENUM_ENTRY
-  C__COUNT
-};
 static const char *CALL_NAMES[] = {
 #define NAME_ENTRY(n) #n,
   CALLS(NAME_ENTRY)
 #undef NAME_ENTRY
 };
-static unsigned long long g_counts[C__COUNT];
-#define COUNT(n) __atomic_add_fetch(&g_counts[C_##n], 1, __ATOMIC_RELAXED)
+unsigned long long g_counts[C__COUNT];
 
 #define MAX_UNSUPPORTED 64
 static const char *g_unsupported_names[MAX_UNSUPPORTED];
@@ -226,6 +208,7 @@ static int dev_of_ctx(CUcontext c) {
   return c && i >= 0 && i < MAX_DEVICES ? (int)i : -1;
 }
 
+static int32_t prop_i32(size_t off);
 static int32_t prop_i32(size_t off) {
   int32_t v;
   memcpy(&v, g_prop + off, sizeof v);
@@ -259,6 +242,7 @@ int pcompile_vdev_is_virtual(void) { return 1; }
 /* Strictness can be switched at run time: warm turns it on only while Inductor compiles. */
 void pcompile_vdev_set_strict(int on) { g_strict = on; }
 int pcompile_vdev_launches(void) { return (int)g_counts[C_launch]; }
+unsigned long long vdev_launches(void) { return __atomic_load_n(&g_counts[C_launch], __ATOMIC_RELAXED); }
 
 static void dump_stats(void) {
   const char *path = getenv("PCOMPILE_VDEV_STATS");
@@ -272,7 +256,9 @@ static void dump_stats(void) {
   fclose(f);
 }
 
-static CUresult not_supported(const char *name) {
+CUresult not_supported(const char *name);
+int pcompile_vdev_unsupported(const char *name) { return not_supported(name); }
+CUresult not_supported(const char *name) {
   COUNT(not_supported);
   const char *tr = getenv("PCOMPILE_VDEV_TRACE");
   if (tr && *tr && strcmp(tr, "0") != 0) {
@@ -315,56 +301,87 @@ static void note_missing_entry_point(const char *sym) {
 }
 
 /* ---------------------------------------------------------------- host-backed memory --- */
-/* Each block starts with a header page holding its total size. Device blocks are also listed in
- * g_blocks, so a pointer anywhere inside one (the caching allocator hands out offsets into its
- * segments) can be mapped back to the device it was allocated on, as the driver's pointer
- * attributes do. A handful of segments is typical, so a linear list is enough. */
-#define HDR 4096
-#define MAX_BLOCKS 4096
-typedef struct { char *start; size_t size; int dev; } vblock;
-static vblock g_blocks[MAX_BLOCKS];
-static int g_nblocks;
+/* Every block is an anonymous NORESERVE mapping listed in g_blocks with its kind and device, so a
+ * pointer anywhere inside a device block (the caching allocator hands out offsets into its
+ * segments) maps back to its device, as the driver's pointer attributes do, and a free of anything
+ * this library did not hand out (a foreign or interior pointer, a double free) is refused instead of
+ * unmapping someone else's memory. A handful of segments is typical, so a linear scan is enough. */
+typedef struct { char *start; size_t size; int kind; int dev; } vblock;
+static vblock *g_blocks;
+static size_t g_nblocks, g_cap_blocks;
 
-static void *vmalloc(size_t size) {
-  size_t total = size + HDR;
-  void *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (base == MAP_FAILED) return NULL;
-  *(size_t *)base = total;
-  return (char *)base + HDR;
-}
-static void vfree(void *p) {
-  if (!p) return;
-  char *base = (char *)p - HDR;
-  munmap(base, *(size_t *)base);
-}
-/* Device memory: a host-backed block remembered with the current device. */
-static void *vmalloc_device(size_t size) {
-  void *p = vmalloc(size);
-  if (!p) return NULL;
+void vdev_add_block(void *start, size_t size, int kind, int dev) {
   pthread_mutex_lock(&g_lock);
-  if (g_nblocks < MAX_BLOCKS) g_blocks[g_nblocks++] = (vblock){(char *)p, size, t_dev};
+  if (g_nblocks == g_cap_blocks) {
+    size_t cap = g_cap_blocks ? 2 * g_cap_blocks : 256;
+    vblock *grown = realloc(g_blocks, cap * sizeof *grown);
+    if (grown) { g_blocks = grown; g_cap_blocks = cap; }
+  }
+  if (g_nblocks < g_cap_blocks) g_blocks[g_nblocks++] = (vblock){(char *)start, size, kind, dev};
   pthread_mutex_unlock(&g_lock);
-  return p;
 }
-static void vfree_device(void *p) {
+size_t vdev_remove_block(void *start, int kind) {
+  size_t size = 0;
   pthread_mutex_lock(&g_lock);
-  for (int i = 0; i < g_nblocks; i++)
-    if (g_blocks[i].start == p) { g_blocks[i] = g_blocks[--g_nblocks]; break; }
+  for (size_t i = 0; i < g_nblocks; i++)
+    if (g_blocks[i].start == start && g_blocks[i].kind == kind) {
+      size = g_blocks[i].size;
+      g_blocks[i] = g_blocks[--g_nblocks];
+      break;
+    }
   pthread_mutex_unlock(&g_lock);
-  vfree(p);
+  return size;
 }
-/* The device a device pointer belongs to, or -1 for memory this library did not allocate. */
-static int device_of(const void *p) {
+int vdev_device_of(const void *p) {
   int dev = -1;
   pthread_mutex_lock(&g_lock);
-  for (int i = 0; i < g_nblocks; i++)
-    if ((const char *)p >= g_blocks[i].start && (const char *)p < g_blocks[i].start + g_blocks[i].size) {
+  for (size_t i = 0; i < g_nblocks; i++)
+    if (g_blocks[i].kind != BLOCK_HOST && (const char *)p >= g_blocks[i].start &&
+        (const char *)p < g_blocks[i].start + g_blocks[i].size) {
       dev = g_blocks[i].dev;
       break;
     }
   pthread_mutex_unlock(&g_lock);
   return dev;
 }
+int vdev_current_device(void) { return t_dev; }
+
+/* PCI location of device `dev`: the profile's, on bus + dev (as cudaGetDeviceProperties reports). */
+int pcompile_vdev_pci(int dev, int *domain, int *bus, int *device) {
+  if (!valid_dev(dev)) return -1;
+  *domain = prop_i32(OFF_PCI_DOMAIN);
+  *bus = prop_i32(OFF_PCI_BUS) + dev;
+  *device = prop_i32(OFF_PCI_DEVICE);
+  return 0;
+}
+/* The ordinal at a PCI location, or -1 (NVML's lookup by bus id, vnvml.c). */
+int pcompile_vdev_device_at(int domain, int bus, int device) {
+  for (int d = 0; d < n_devices(); d++) {
+    int a, b, c;
+    if (!pcompile_vdev_pci(d, &a, &b, &c) && a == domain && b == bus && c == device) return d;
+  }
+  return -1;
+}
+
+/* Sizes are rounded to pages, so adjacent blocks never share one and offsets stay 512-aligned. */
+static void *vmalloc_kind(size_t size, int kind) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  size_t total = ((size ? size : 1) + page - 1) / page * page;
+  void *p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return NULL;
+  vdev_add_block(p, total, kind, t_dev);
+  return p;
+}
+static int vfree_kind(void *p, int kind) {
+  if (!p) return 0;
+  size_t size = vdev_remove_block(p, kind);
+  if (!size) return -1;
+  munmap(p, size);
+  return 0;
+}
+static void *vmalloc_device(size_t size) { return vmalloc_kind(size, BLOCK_DEVICE); }
+static void *vmalloc(size_t size) { return vmalloc_kind(size, BLOCK_HOST); }
+static int device_of(const void *p) { return vdev_device_of(p); }
 
 /* ---------------------------------------------------------------- launches --- */
 static cudaError_t on_launch(const void *func, const char *what) {
@@ -410,6 +427,8 @@ cudaError_t cudaGetDeviceProperties(void *prop, int dev) {
   if (!prop) return cudaErrorInvalidValue;
   if (!valid_dev(dev)) return cudaErrorInvalidDevice;
   memcpy(prop, g_prop, 1008); /* sizeof(cudaDeviceProp) in CUDA 13 headers */
+  int32_t bus = prop_i32(OFF_PCI_BUS) + dev; /* the GPUs of one node sit on distinct buses */
+  memcpy((char *)prop + OFF_PCI_BUS, &bus, sizeof bus);
   return cudaSuccess;
 }
 cudaError_t cudaGetDeviceProperties_v2(void *prop, int dev) { return cudaGetDeviceProperties(prop, dev); }
@@ -433,33 +452,6 @@ cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) {
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamIsCapturing(cudaStream_t s, int *status) {
-  (void)s;
-  COUNT(cudaStreamIsCapturing);
-  if (status) *status = 0;
-  return cudaSuccess;
-}
-
-cudaError_t cudaStreamGetCaptureInfo(cudaStream_t s, int *status, unsigned long long *id, void **graph,
-                                     const void **deps, const void **edges, size_t *ndeps) {
-  (void)s;
-  COUNT(cudaStreamGetCaptureInfo);
-  if (status) *status = 0;
-  if (id) *id = 0;
-  if (graph) *graph = NULL;
-  if (deps) *deps = NULL;
-  if (edges) *edges = NULL;
-  if (ndeps) *ndeps = 0;
-  return cudaSuccess;
-}
-cudaError_t cudaStreamGetCaptureInfo_v2(cudaStream_t s, int *st, unsigned long long *id, void **g, const void **d,
-                                        size_t *n) {
-  return cudaStreamGetCaptureInfo(s, st, id, g, d, NULL, n);
-}
-cudaError_t cudaStreamGetCaptureInfo_v3(cudaStream_t s, int *st, unsigned long long *id, void **g, const void **d,
-                                        const void **e, size_t *n) {
-  return cudaStreamGetCaptureInfo(s, st, id, g, d, e, n);
-}
 
 cudaError_t cudaGetLastError(void) {
   COUNT(cudaGetLastError);
@@ -488,7 +480,10 @@ cudaError_t cudaMalloc(void **p, size_t size) {
 cudaError_t cudaFree(void *p) {
   COUNT(cudaFree);
   g_ctx_active[t_dev] = 1;
-  if (p) vfree_device(p);
+  if (vfree_kind(p, BLOCK_DEVICE) != 0) {
+    t_last_error = cudaErrorInvalidValue; /* not a pointer cudaMalloc returned (or freed twice) */
+    return cudaErrorInvalidValue;
+  }
   return cudaSuccess;
 }
 
@@ -507,8 +502,7 @@ cudaError_t cudaHostAlloc(void **p, size_t size, unsigned flags) {
 }
 cudaError_t cudaFreeHost(void *p) {
   COUNT(cudaFreeHost);
-  vfree(p);
-  return cudaSuccess;
+  return vfree_kind(p, BLOCK_HOST) == 0 ? cudaSuccess : cudaErrorInvalidValue;
 }
 cudaError_t cudaHostRegister(void *p, size_t size, unsigned flags) {
   (void)p; (void)size; (void)flags;
@@ -563,46 +557,10 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned f) {
   return cudaSuccess;
 }
 
-/* Streams and events are opaque non-null tokens that remember the device they were made on. */
-#define TOKEN_MAGIC 0x7663646bu
-typedef struct { unsigned magic; int dev; } vtoken;
-static void *new_token(void) {
-  vtoken *p = calloc(1, 64);
-  if (p) *p = (vtoken){TOKEN_MAGIC, t_dev};
-  return p;
-}
-/* The device of a stream this library made; -1 for the default stream or a foreign handle. */
-static int stream_device(const void *s) {
-  const vtoken *t = s;
-  return t && t->magic == TOKEN_MAGIC ? t->dev : -1;
-}
-cudaError_t cudaStreamCreate(cudaStream_t *s) { COUNT(cudaStreamCreate); if (!s) return cudaErrorInvalidValue; *s = new_token(); return cudaSuccess; }
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned f) { (void)f; return cudaStreamCreate(s); }
-cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned f, int prio) { (void)f; (void)prio; return cudaStreamCreate(s); }
-cudaError_t cudaStreamDestroy(cudaStream_t s) { COUNT(cudaStreamDestroy); free(s); return cudaSuccess; }
-cudaError_t cudaStreamGetPriority(cudaStream_t s, int *prio) { (void)s; COUNT(cudaStreamGetPriority); if (prio) *prio = 0; return cudaSuccess; }
-cudaError_t cudaEventCreate(cudaEvent_t *e) { COUNT(cudaEventCreate); if (!e) return cudaErrorInvalidValue; *e = new_token(); return cudaSuccess; }
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned f) { (void)f; return cudaEventCreate(e); }
-cudaError_t cudaEventDestroy(cudaEvent_t e) { COUNT(cudaEventDestroy); free(e); return cudaSuccess; }
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { (void)e; (void)s; COUNT(cudaEventRecord); return cudaSuccess; }
-cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned f) { (void)f; return cudaEventRecord(e, s); }
-cudaError_t cudaEventQuery(cudaEvent_t e) { (void)e; COUNT(cudaEventQuery); return cudaSuccess; }
-cudaError_t cudaEventSynchronize(cudaEvent_t e) { (void)e; COUNT(cudaEventSynchronize); return cudaSuccess; }
-cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
-  (void)a; (void)b;
-  COUNT(cudaEventElapsedTime);
-  if (ms) *ms = 0.0f;
-  return cudaSuccess;
-}
 
 cudaError_t cudaDriverGetVersion(int *v) { COUNT(cudaDriverGetVersion); if (v) *v = g_driver_version; return cudaSuccess; }
 cudaError_t cudaRuntimeGetVersion(int *v) { COUNT(cudaRuntimeGetVersion); if (v) *v = g_runtime_version; return cudaSuccess; }
 
-cudaError_t cudaThreadExchangeStreamCaptureMode(int *mode) {
-  (void)mode;
-  COUNT(cudaThreadExchangeStreamCaptureMode);
-  return cudaSuccess;
-}
 cudaError_t cudaDeviceCanAccessPeer(int *can, int a, int b) {
   (void)a; (void)b;
   COUNT(cudaDeviceCanAccessPeer);
@@ -610,24 +568,154 @@ cudaError_t cudaDeviceCanAccessPeer(int *can, int a, int b) {
   return cudaSuccess;
 }
 
-/* c10's driver-API table asks the runtime for driver entry points: hand out our own. */
+/* Driver entry points asked for by name (cuGetProcAddress, cudaGetDriverEntryPoint: c10's driver
+ * table, NCCL, the runtime that cuBLAS/cuDNN link statically) resolve to this library only, at the
+ * newest ABI it defines (NAME_vN before NAME), as the driver picks the newest version for a caller
+ * built against CUDA 13. Unknown names are reported as missing, by name. */
+static void *resolve_entry_point(const char *sym) {
+  static void *self;
+  if (!self) {
+    Dl_info info;
+    if (dladdr((void *)&resolve_entry_point, &info) && info.dli_fname)
+      self = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+    if (!self) return NULL;
+  }
+  if (!sym || !*sym || strlen(sym) > 200) return NULL;
+  char name[256];
+  for (int v = 9; v >= 2; v--) {
+    snprintf(name, sizeof name, "%s_v%d", sym, v);
+    void *p = dlsym(self, name);
+    if (p) return p;
+  }
+  void *p = dlsym(self, sym);
+  if (!p) note_missing_entry_point(sym);
+  return p;
+}
 cudaError_t cudaGetDriverEntryPointByVersion(const char *sym, void **fn, unsigned ver, unsigned long long flags,
                                              int *status) {
   (void)ver; (void)flags;
   COUNT(cudaGetDriverEntryPoint);
-  void *p = sym ? dlsym(RTLD_DEFAULT, sym) : NULL;
-  Dl_info info;
-  static int self_anchor;
-  Dl_info self;
-  /* only hand out symbols defined by this library */
-  if (p && dladdr(p, &info) && dladdr(&self_anchor, &self) && info.dli_fbase != self.dli_fbase) p = NULL;
-  if (!p && sym) note_missing_entry_point(sym);
+  void *p = resolve_entry_point(sym);
   if (fn) *fn = p;
-  if (status) *status = p ? 0 : 1;
+  if (status) *status = p ? 0 : 1; /* cudaDriverEntryPointSuccess / SymbolNotFound */
   return cudaSuccess;
 }
 cudaError_t cudaGetDriverEntryPoint(const char *sym, void **fn, unsigned long long flags, int *status) {
   return cudaGetDriverEntryPointByVersion(sym, fn, 13000, flags, status);
+}
+CUresult cuGetProcAddress_v2(const char *sym, void **fn, int ver, unsigned long long flags, int *status) {
+  (void)ver; (void)flags;
+  COUNT(cuGetProcAddress);
+  if (!fn) return CUDA_ERROR_INVALID_VALUE;
+  *fn = resolve_entry_point(sym);
+  if (status) *status = *fn ? 0 : 1; /* CU_GET_PROC_ADDRESS_SUCCESS / SYMBOL_NOT_FOUND */
+  return *fn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+CUresult cuGetProcAddress(const char *sym, void **fn, int ver, unsigned long long flags) {
+  return cuGetProcAddress_v2(sym, fn, ver, flags, NULL);
+}
+
+/* ---- fat binary registration (static constructors of every CUDA library linked to cudart) ---
+ * Kernels need nothing registered: a launch is swallowed by its host stub's address. Device
+ * variables get host-backed device memory on first use, so cudaGetSymbolAddress and
+ * cudaMemcpyToSymbol work on them. */
+static void *g_fatbin_token[1];
+void **__cudaRegisterFatBinary(void *fatbin) { (void)fatbin; return g_fatbin_token; }
+void __cudaRegisterFatBinaryEnd(void **h) { (void)h; }
+void __cudaUnregisterFatBinary(void **h) { (void)h; }
+char __cudaInitModule(void **h) { (void)h; return 1; }
+void __cudaRegisterFunction(void **h, const char *host, char *dev, const char *name, int limit, void *tid, void *bid,
+                            void *bdim, void *gdim, int *wsize) {
+  (void)h; (void)host; (void)dev; (void)name; (void)limit; (void)tid; (void)bid; (void)bdim; (void)gdim; (void)wsize;
+}
+typedef struct { const void *host; size_t size; void *dev; } vsymbol;
+static vsymbol *g_symbols;
+static size_t g_nsymbols, g_cap_symbols;
+void __cudaRegisterVar(void **h, char *host, char *dev, const char *name, int ext, size_t size, int constant, int global) {
+  (void)h; (void)dev; (void)name; (void)ext; (void)constant; (void)global;
+  pthread_mutex_lock(&g_lock);
+  if (g_nsymbols == g_cap_symbols) {
+    size_t cap = g_cap_symbols ? 2 * g_cap_symbols : 64;
+    vsymbol *grown = realloc(g_symbols, cap * sizeof *grown);
+    if (grown) { g_symbols = grown; g_cap_symbols = cap; }
+  }
+  if (g_nsymbols < g_cap_symbols) g_symbols[g_nsymbols++] = (vsymbol){host, size, NULL};
+  pthread_mutex_unlock(&g_lock);
+}
+static void *vmalloc_device(size_t size);
+static void *symbol_address(const void *host, size_t *size) {
+  void *out = NULL;
+  pthread_mutex_lock(&g_lock);
+  for (size_t i = 0; i < g_nsymbols; i++)
+    if (g_symbols[i].host == host) {
+      if (!g_symbols[i].dev) {
+        pthread_mutex_unlock(&g_lock); /* vmalloc takes the lock */
+        void *mem = vmalloc_device(g_symbols[i].size);
+        pthread_mutex_lock(&g_lock);
+        if (!g_symbols[i].dev) g_symbols[i].dev = mem;
+      }
+      out = g_symbols[i].dev;
+      if (size) *size = g_symbols[i].size;
+      break;
+    }
+  pthread_mutex_unlock(&g_lock);
+  return out;
+}
+cudaError_t cudaGetSymbolAddress(void **p, const void *symbol) {
+  if (!p) return cudaErrorInvalidValue;
+  *p = symbol_address(symbol, NULL);
+  return *p ? cudaSuccess : 13; /* cudaErrorInvalidSymbol */
+}
+cudaError_t cudaGetSymbolSize(size_t *n, const void *symbol) {
+  if (!n) return cudaErrorInvalidValue;
+  return symbol_address(symbol, n) ? cudaSuccess : 13;
+}
+cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, size_t n, size_t off, int kind) {
+  (void)kind;
+  size_t size = 0;
+  char *dst = symbol_address(symbol, &size);
+  if (!dst) return 13;
+  if (off + n > size) return cudaErrorInvalidValue;
+  if (n && src) memmove(dst + off, src, n);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpyToSymbolAsync(const void *symbol, const void *src, size_t n, size_t off, int kind, cudaStream_t s) {
+  (void)s;
+  return cudaMemcpyToSymbol(symbol, src, n, off, kind);
+}
+
+/* Occupancy: as many blocks per SM as the thread limit allows (no kernel runs, launch math only). */
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n, const void *fn, int block, size_t smem, unsigned f) {
+  (void)fn; (void)smem; (void)f;
+  if (!n || block <= 0) return cudaErrorInvalidValue;
+  int per_sm = g_attr_known[39] ? (int)g_attr[39] : 2048; /* MAX_THREADS_PER_MULTIPROCESSOR */
+  *n = per_sm / block > 0 ? per_sm / block : 1;
+  if (*n > 32) *n = 32;
+  return cudaSuccess;
+}
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, const void *fn, int block, size_t smem) {
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(n, fn, block, smem, 0);
+}
+CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction fn, int block, size_t smem) {
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(n, fn, block, smem, 0);
+}
+CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n, CUfunction fn, int block, size_t smem, unsigned f) {
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(n, fn, block, smem, f);
+}
+
+/* The block a pointer falls in (cuMemGetAddressRange: torch's IPC and expandable segments ask). */
+int vdev_block_of(const void *p, void **start, size_t *size) {
+  int found = 0;
+  pthread_mutex_lock(&g_lock);
+  for (size_t i = 0; i < g_nblocks; i++)
+    if ((const char *)p >= g_blocks[i].start && (const char *)p < g_blocks[i].start + g_blocks[i].size) {
+      if (start) *start = g_blocks[i].start;
+      if (size) *size = g_blocks[i].size;
+      found = 1;
+      break;
+    }
+  pthread_mutex_unlock(&g_lock);
+  return found;
 }
 
 cudaError_t cudaPointerGetAttributes(void *attrs, const void *ptr) {
@@ -789,13 +877,6 @@ CUresult cuCtxSetCurrent(CUcontext ctx) {
 }
 CUresult cuCtxGetDevice(CUdevice *d) { COUNT(cuCtxGetDevice); if (d) *d = t_dev; return CUDA_SUCCESS; }
 CUresult cuCtxSynchronize(void) { COUNT(cuCtxSynchronize); return CUDA_SUCCESS; }
-/* Linked by Triton 3.9's driver utilities (cuda_utils.so): nothing is ever captured here. */
-CUresult cuStreamIsCapturing(CUstream s, int *status) {
-  (void)s;
-  COUNT(cuStreamIsCapturing);
-  if (status) *status = 0; /* CU_STREAM_CAPTURE_STATUS_NONE */
-  return CUDA_SUCCESS;
-}
 /* A small per-thread context stack: push makes ctx current, pop restores the previous one. */
 #define CTX_STACK 16
 static __thread int t_ctx_stack[CTX_STACK];
@@ -1130,7 +1211,7 @@ CUresult cuPointerGetAttribute(void *data, int attr, CUdeviceptr ptr) {
  * real driver: a kernel bound to the wrong GPU fails here instead of passing unnoticed. */
 static CUresult check_launch_device(CUfunction fn, CUstream s) {
   const vfunction *f = fn;
-  int sdev = stream_device(s);
+  int sdev = vdev_stream_device(s);
   if (!f || !f->mod || (f->mod->dev == t_dev && (sdev < 0 || sdev == t_dev))) return CUDA_SUCCESS;
   fprintf(stderr, "pcompile vdev: kernel loaded on device %d launched with device %d current, stream of device %d\n",
           f->mod->dev, t_dev, sdev);
@@ -1159,73 +1240,5 @@ CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsig
   return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params, NULL);
 }
 
-/* Everything else a linked or dlsym'ing caller might name: present, counted, and refused. */
-#define UNSUPPORTED(n) CUresult n(void) { return not_supported(#n); }
-UNSUPPORTED(cuGetProcAddress)
-UNSUPPORTED(cuGetProcAddress_v2)
-UNSUPPORTED(cuGetExportTable)
-UNSUPPORTED(cuDeviceGetUuid)
-UNSUPPORTED(cuDeviceGetUuid_v2)
-UNSUPPORTED(cuPointerGetAttributes)
-UNSUPPORTED(cuTensorMapEncodeTiled)
-UNSUPPORTED(cuTensorMapEncodeIm2col)
-UNSUPPORTED(cuOccupancyMaxActiveBlocksPerMultiprocessor)
-UNSUPPORTED(cuLinkCreate)
-UNSUPPORTED(cuLinkCreate_v2)
-UNSUPPORTED(cuLinkAddData)
-UNSUPPORTED(cuLinkAddData_v2)
-UNSUPPORTED(cuLinkComplete)
-UNSUPPORTED(cuLinkDestroy)
-UNSUPPORTED(cuModuleGetGlobal)
-UNSUPPORTED(cuModuleGetGlobal_v2)
-UNSUPPORTED(cuMemAlloc)
-UNSUPPORTED(cuMemAlloc_v2)
-UNSUPPORTED(cuMemFree)
-UNSUPPORTED(cuMemFree_v2)
-UNSUPPORTED(cuMemcpyHtoD)
-UNSUPPORTED(cuMemcpyHtoD_v2)
-UNSUPPORTED(cuMemcpyDtoH)
-UNSUPPORTED(cuMemcpyDtoH_v2)
-UNSUPPORTED(cuMemsetD32Async)
-UNSUPPORTED(cuMemGetAddressRange)
-UNSUPPORTED(cuMemGetAddressRange_v2)
-UNSUPPORTED(cuMemAddressReserve)
-UNSUPPORTED(cuMemAddressFree)
-UNSUPPORTED(cuMemCreate)
-UNSUPPORTED(cuMemRelease)
-UNSUPPORTED(cuMemMap)
-UNSUPPORTED(cuMemUnmap)
-UNSUPPORTED(cuMemSetAccess)
-UNSUPPORTED(cuMemGetAllocationGranularity)
-UNSUPPORTED(cuMemGetAllocationPropertiesFromHandle)
-UNSUPPORTED(cuMemRetainAllocationHandle)
-UNSUPPORTED(cuMemExportToShareableHandle)
-UNSUPPORTED(cuMemImportFromShareableHandle)
-UNSUPPORTED(cuStreamWriteValue32)
-UNSUPPORTED(cuStreamWriteValue32_v2)
-UNSUPPORTED(cuMulticastCreate)
-UNSUPPORTED(cuMulticastAddDevice)
-UNSUPPORTED(cuMulticastBindMem)
-UNSUPPORTED(cuMulticastUnbind)
-UNSUPPORTED(cuGreenCtxCreate)
-UNSUPPORTED(cuGreenCtxDestroy)
-UNSUPPORTED(cuGreenCtxStreamCreate)
-UNSUPPORTED(cuCtxFromGreenCtx)
-UNSUPPORTED(cuDeviceGetDevResource)
-UNSUPPORTED(cuDevResourceGenerateDesc)
-UNSUPPORTED(cuDevSmResourceSplitByCount)
-UNSUPPORTED(cuLogsRegisterCallback)
-UNSUPPORTED(cuLogsUnregisterCallback)
-UNSUPPORTED(cuCtxCreate)
-UNSUPPORTED(cuCtxCreate_v2)
-UNSUPPORTED(cuCtxDestroy)
-UNSUPPORTED(cuCtxDestroy_v2)
-UNSUPPORTED(cuStreamCreate)
-UNSUPPORTED(cuStreamSynchronize)
-UNSUPPORTED(cuDeviceGetPCIBusId)
-UNSUPPORTED(cuDeviceGetByPCIBusId)
-UNSUPPORTED(cuModuleGetLoadingMode)
-UNSUPPORTED(cuLibraryLoadData)
-UNSUPPORTED(cuLibraryGetKernel)
-UNSUPPORTED(cuLibraryUnload)
-UNSUPPORTED(cuKernelGetFunction)
+/* Every other entry point the installed libraries can ask for is a generated weak stub (build.py,
+ * entry_points.txt): present, counted by name, and refused with CUDA_ERROR_NOT_SUPPORTED. */

@@ -189,6 +189,9 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
         runtime.dump_aot_keys(os.environ["PCOMPILE_AOT_KEY_DUMP"])
     mode = fakes.new_fake_mode(reads.record)
     fakes.fake_scalar_reads(lambda t: getattr(t, "fake_mode", None) is mode, reads.read_fake)
+    from pcompile.compat import warm_storage
+
+    warm_storage.install(mode)  # distinct data_ptr()s, deepcopy/clone of fakes (vdev classes 6, 7)
     if spec.get("world_size"):
         from pcompile.warm import fakepg
 
