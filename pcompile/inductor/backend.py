@@ -12,8 +12,6 @@ the backward being lowered with the forward, see compat/lazy_backward.py).
 from __future__ import annotations
 
 import contextlib
-import importlib
-import importlib.util
 from typing import Any, Iterator
 
 from pcompile.warn import warn_once
@@ -47,14 +45,11 @@ if backward_ahead.wanted():
 
 
 def normalize(gm: Any) -> None:
-    """Let graph_normalize (the warm path's key equaliser, built separately) rewrite the graph."""
-    if importlib.util.find_spec("pcompile.inductor.graph_normalize") is None:
-        return
+    """Let graph_normalize (the warm path's key equaliser) rewrite the graph."""
     try:
-        module = importlib.import_module("pcompile.inductor.graph_normalize")
-        fn = getattr(module, "normalize_placeholder_types", None)
-        if callable(fn):
-            fn(gm)
+        from pcompile.inductor import graph_normalize
+
+        graph_normalize.normalize_placeholder_types(gm)
     except Exception as exc:
         warn_once("normalize", f"pcompile: graph normalisation failed ({type(exc).__name__}: {exc}); "
                        "keys may differ between the warm host and this job")

@@ -138,17 +138,11 @@ def _install_device_index() -> None:
 
 
 def _install_pool() -> None:
-    """Let the compile pool (pcompile.inductor.pool_install, built separately) hook in, if present."""
-    import importlib.util
-
-    if importlib.util.find_spec("pcompile.inductor.pool_install") is None:
-        return
+    """Let the compile pool (pool_install.py) hook in."""
     try:
-        import pcompile.inductor.pool_install as pool_install
+        from pcompile.inductor import pool_install
 
-        install = getattr(pool_install, "install_pool", None) or getattr(pool_install, "install", None)
-        if callable(install):
-            install()
+        pool_install.install_pool()
     except Exception as exc:
         warn_once("pool", f"pcompile: the compile pool could not start ({type(exc).__name__}: {exc}); compiling in-process")
 

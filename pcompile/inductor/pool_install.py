@@ -310,11 +310,8 @@ def install_pool() -> bool:
     with _install_lock:
         try:
             from pcompile.compat import CompatError, pool_hook
+            from pcompile.compat.gate import unsupported_reason
 
-            try:
-                from pcompile.compat.gate import unsupported_reason
-            except ImportError:  # the gate module is the backend helper's; tolerate its absence
-                unsupported_reason = lambda: None  # noqa: E731
             reason = unsupported_reason()
             if reason:
                 warn_once("pool-gate", f"pcompile: {reason}; Triton kernels compile with stock Inductor", logger=log)
