@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from pcompile.inductor import _testing as t
+from pcompile.settings import VDEV_DIR
 from pcompile.vdev import build, preload
 from pcompile.vdev.profile import resolve
 
@@ -87,7 +88,7 @@ print("RESULT " + json.dumps({
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    os.environ.setdefault(build.ENV_BUILD_DIR, str(tmp_path_factory.mktemp("vdev")))
+    os.environ.setdefault(VDEV_DIR.name, str(tmp_path_factory.mktemp("vdev")))
     return build.library()
 
 

@@ -13,11 +13,12 @@ name itself. Its warning goes through pcompile/warn.py, the one `warn_once`.
 from __future__ import annotations
 
 import logging
-import os
 import re
 
 from pcompile.errors import PcompileFallbackWarning  # noqa: F401  (what the gate warns with)
 from pcompile.warn import warn_once
+
+from pcompile.settings import PRETEND_TORCH_VERSION, PRETEND_TRITON_VERSION
 
 log = logging.getLogger("pcompile.inductor")
 
@@ -28,8 +29,6 @@ CHECKED = {"torch": "2.11.0, 2.14.1, 2.15.0", "triton": "3.6.0, 3.8.0, 3.9.0"}
 TORCH_RANGE = ((2, 11), (2, 15))
 TRITON_RANGE = ((3, 6), (3, 9))
 
-ENV_PRETEND_TORCH = "PCOMPILE_PRETEND_TORCH_VERSION"
-ENV_PRETEND_TRITON = "PCOMPILE_PRETEND_TRITON_VERSION"
 
 
 def _major_minor(version: str) -> tuple[int, int] | None:
@@ -38,7 +37,7 @@ def _major_minor(version: str) -> tuple[int, int] | None:
 
 
 def torch_version() -> str:
-    pretend = os.environ.get(ENV_PRETEND_TORCH)
+    pretend = PRETEND_TORCH_VERSION.get()
     if pretend:
         return pretend
     import torch
@@ -48,7 +47,7 @@ def torch_version() -> str:
 
 def triton_version() -> str | None:
     """None when triton is not installed (CPU-only torch): the kernel layer for Triton is moot."""
-    pretend = os.environ.get(ENV_PRETEND_TRITON)
+    pretend = PRETEND_TRITON_VERSION.get()
     if pretend:
         return pretend
     try:  # metadata first: this also runs while `import torch` is finishing (PCOMPILE=1)

@@ -85,7 +85,9 @@ def serve(in_fd: int, out_fd: int) -> int:
     """Install the hooks, prewarm, say ready, then run jobs until EOF or idle."""
     global _out_fd
     _out_fd = out_fd
-    os.environ["PCOMPILE_BACKWARD_AHEAD"] = "0"  # never speculate from inside the speculation
+    from pcompile.settings import BACKWARD_AHEAD
+
+    os.environ[BACKWARD_AHEAD.name] = "0"  # never speculate from inside the speculation
     import torch  # noqa: F401
 
     from pcompile.inductor import store_gateway, hooks

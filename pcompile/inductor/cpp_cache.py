@@ -17,12 +17,12 @@ from typing import Any, Callable, Sequence
 from pcompile.inductor import store_gateway
 from pcompile.compat import cpp_compile as compat
 from pcompile.inductor.layer_keys import store_key
+from pcompile.settings import DISABLE
 
 BLOB = "lib"
 #: Only linked libraries go to the store. Precompiled headers (.h.gch, tens of MB, valid only for
 #: the exact compiler and header path) and object files stay in Inductor's local directories.
 LIBRARY_SUFFIXES = (".so", ".dylib", ".dll", ".pyd")
-_DISABLE_ENV = "PCOMPILE_DISABLE"
 
 
 def _inductor_key(target: str) -> str:
@@ -65,7 +65,7 @@ def _backfill(ikey: str, target: str) -> None:
 
 def make_wrapper(original: Callable[[str, Sequence[Any]], None]) -> Callable[[str, Sequence[Any]], None]:
     def _worker_compile_cpp(lock_path: str, cpp_builders: Sequence[Any]) -> None:
-        if not cpp_builders or os.environ.get(_DISABLE_ENV) == "1":
+        if not cpp_builders or DISABLE.get():
             return original(lock_path, cpp_builders)
         try:
             target = compat.target_path(cpp_builders[-1])

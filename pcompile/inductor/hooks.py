@@ -13,20 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import threading
 
 from pcompile.compat import gate
 from pcompile.warn import warn_once
 from pcompile.inductor import env
 from pcompile import compat
+from pcompile.settings import DEBUG_FX_KEYS, DISABLE, INDUCTOR_LOCAL_CACHES
 
 log = logging.getLogger("pcompile.inductor")
 
-ENV_DISABLE = "PCOMPILE_DISABLE"
-#: Keep Inductor's own local FX graph / AOTAutograd caches in front of the store (off by default:
-#: the store's node-local tier replaces them, see compat/remote_cache.py).
-ENV_KEEP_LOCAL = "PCOMPILE_INDUCTOR_LOCAL_CACHES"
 
 
 @dataclasses.dataclass
@@ -43,7 +39,7 @@ _lock = threading.RLock()
 
 
 def disabled_by_user() -> bool:
-    return os.environ.get(ENV_DISABLE, "").strip().lower() in {"1", "true", "yes", "on"}
+    return bool(DISABLE.get())
 
 
 def install_hooks() -> bool:
@@ -95,7 +91,8 @@ def _install_remote(layers: list[str], stock: dict[str, str]) -> None:
     from pcompile.compat import remote_cache
 
     store_adapter.install()
-    keep_local = os.environ.get(ENV_KEEP_LOCAL, "").strip().lower() in {"1", "true", "yes", "on"}
+    # Inductor's own local caches stay in front of the store only when asked (compat/remote_cache.py)
+    keep_local = bool(INDUCTOR_LOCAL_CACHES.get())
     state.flags = remote_cache.enable_flags(replace_local=not keep_local)
     layers.extend(["graph", "autograd", "autotune"])
 
@@ -170,7 +167,7 @@ def _install_backward_ahead() -> None:
 
 def _install_key_dump() -> None:
     """PCOMPILE_DEBUG_FX_KEYS=DIR: Inductor's description of every FX graph key, one file each."""
-    directory = os.environ.get("PCOMPILE_DEBUG_FX_KEYS", "").strip()
+    directory = DEBUG_FX_KEYS.get()
     if directory and compat.check("backward_graph") is None:
         from pcompile.compat import backward_graph
 

@@ -34,15 +34,21 @@ from pcompile.inductor import device_index, layer_keys, triton_jobs
 from pcompile.compat import pool_hook
 from pcompile.keys.key import Key, KeyInputs
 from pcompile.warn import warn_once
+from pcompile.pool import choose
 from pcompile.pool.choose import job_timeout, local_threads, pool_kind, start_pool
 from pcompile.pool.errors import JobTimedOut, PoolError, WorkerCrashed
+from pcompile.settings import POOL_EAGER, POOL_WORKER
 
 log = logging.getLogger("pcompile.inductor.pool")
 
-ENV_IN_WORKER = "PCOMPILE_POOL_WORKER"
-ENV_EAGER = "PCOMPILE_POOL_EAGER"
 BLOB = "result"
 WORKER_PRELOAD = (*pool_hook.WORKER_MODULES, "pcompile.inductor.triton_jobs", "pcompile.inductor.worker_prewarm")
+
+
+def daemon_options() -> Any:
+    """How this process would start the node daemon (pool/choose.py; `pcompile warm` starts it
+    before its sandboxed child can: a daemon must never live in the warm's file sandbox)."""
+    return choose.daemon_options(WORKER_PRELOAD)
 
 
 class KernelRouter:
@@ -255,9 +261,7 @@ def _start_eagerly() -> bool:
     """Start the daemon at install time only where Triton kernels are expected (a CUDA device is
     visible, real or virtual), so its workers are warm by the first kernel; a CPU-only process
     (C++ kernels only) starts none: each idle daemon holds a torch-importing forkserver."""
-    from pcompile.config import switch
-
-    chosen = switch(ENV_EAGER)
+    chosen = POOL_EAGER.get()
     if chosen is not None:
         return chosen
     try:
@@ -302,7 +306,7 @@ def install_pool() -> bool:
     Idempotent. Skipped inside pcompile's own workers, with PCOMPILE_POOL=off, with an
     explicit TORCHINDUCTOR_COMPILE_THREADS=1, and on torch/triton versions the gate rejects.
     """
-    if os.environ.get(ENV_IN_WORKER) == "1":
+    if POOL_WORKER.get():
         return False
     kind, address = pool_kind()
     if kind == "off":

@@ -39,8 +39,8 @@ from pcompile import compat
 from pcompile.inductor import store_gateway
 from pcompile.warn import warn_once
 from pcompile.inductor.timing import emit, now, span
+from pcompile.settings import PROGRAMS
 
-ENV = "PCOMPILE_PROGRAMS"
 KIND = "program"
 BLOB = "program"
 DISPATCH_BLOB = "dispatch"  # JSON: the dispatch-key state the frames were converted under (older torch)
@@ -73,7 +73,7 @@ def wanted() -> bool:
     guards rebuilt outside the caller's autocast (`dispatch_state()`), and backward ahead's
     pre-launched backwards that torch cannot pickle (backward ahead is off with programs on).
     Not re-measured on a GPU yet, so still opt-in; on CPU it runs untraced (tests/test_programs.py)."""
-    return os.environ.get(ENV, "0").strip().lower() in {"1", "true", "yes", "on"}
+    return bool(PROGRAMS.get())
 
 
 def install() -> bool:
@@ -384,13 +384,6 @@ def _flush_pending() -> None:
             _save(code_id, package)
         except Exception:
             pass
-    if os.environ.get("PCOMPILE_PROGRAMS_DEBUG") == "1":
-        import sys
-
-        from pcompile.compat import dynamo_entries, dynamo_package
-
-        print(f"pcompile: programs {snapshot()} still pending {len(_state.pending)} bypassed {dynamo_package.bypassed} "
-              f"missing backends {dynamo_entries.missing_backends()}", file=sys.stderr)
 
 
 def _count(what: str) -> None:

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import threading
 from typing import Any, Iterator
 
 from pcompile.inductor import store_gateway
+from pcompile.settings import AUTOTUNE
 from pcompile.thread_flags import raised
 from pcompile.compat import remote_cache as compat
 
@@ -40,21 +40,12 @@ _LAYERS: dict[str, tuple[str, bool]] = {
 BLOB = "value"
 _classes: dict[str, type] = {}
 
-ENV_AUTOTUNE = "PCOMPILE_AUTOTUNE"
-AUTOTUNE_POLICIES = ("predicted", "benchmark")
 _tls = threading.local()
 
 
 def autotune_policy() -> str:
     """PCOMPILE_AUTOTUNE: whether a missing measured winner may be replaced by a warm's prediction."""
-    raw = (os.environ.get(ENV_AUTOTUNE) or "predicted").strip().lower()
-    if raw not in AUTOTUNE_POLICIES:
-        from pcompile.warn import warn_once
-
-        warn_once("autotune-policy", f"pcompile: {ENV_AUTOTUNE}={raw!r} is not one of {', '.join(AUTOTUNE_POLICIES)}; "
-                  "using 'predicted'")
-        return "predicted"
-    return raw
+    return str(AUTOTUNE.get())
 
 
 @contextlib.contextmanager

@@ -27,9 +27,9 @@ from typing import Any
 
 from pcompile.inductor import store_gateway
 from pcompile.compat import triton_cache_manager as compat
+from pcompile.settings import DISABLE
 
 MANAGER_PATH = "pcompile.inductor.triton_cache:StoreCacheManager"
-_DISABLE_ENV = "PCOMPILE_DISABLE"
 
 
 def _inductor_key(key: str, filename: str) -> str:
@@ -50,7 +50,7 @@ class StoreCacheManager(compat.file_cache_manager()):  # type: ignore[misc]
     def __init__(self, key: str, override: bool = False, dump: bool = False) -> None:
         super().__init__(key, override=override, dump=dump)
         # Dump/override managers serve debugging tools keyed by source hash only: stay local.
-        self._local_only = bool(override or dump) or os.environ.get(_DISABLE_ENV) == "1"
+        self._local_only = bool(override or dump) or bool(DISABLE.get())
         self._leased: str | None = None
 
     def get_group(self, filename: str) -> dict[str, str] | None:

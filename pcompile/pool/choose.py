@@ -9,50 +9,35 @@ inductor/pool_install.py) never asks which one it got.
 from __future__ import annotations
 
 import logging
-import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
+from pcompile.settings import POOL, POOL_IDLE_EXIT, POOL_JOB_TIMEOUT, RAY_ACTORS
 from pcompile.warn import warn_once
 
 log = logging.getLogger("pcompile.pool")
 
-ENV_POOL = "PCOMPILE_POOL"
-ENV_IDLE_EXIT = "PCOMPILE_POOL_IDLE_EXIT"
-ENV_JOB_TIMEOUT = "PCOMPILE_POOL_JOB_TIMEOUT"
-ENV_RAY_ACTORS = "PCOMPILE_RAY_ACTORS"
-DEFAULT_IDLE_EXIT = 120.0
-
-
-def _env_float(name: str, default: float) -> float:
-    try:
-        return float(os.environ.get(name) or default)
-    except ValueError:
-        return default
-
 
 def job_timeout() -> float:
     """A hung compile's limit in seconds (PCOMPILE_POOL_JOB_TIMEOUT)."""
-    return _env_float(ENV_JOB_TIMEOUT, 600.0)
+    return float(POOL_JOB_TIMEOUT.get())
 
 
 def pool_kind(raw: str | None = None) -> tuple[str, str | None]:
-    """('node'|'ray'|'local'|'off', ray address or None) from PCOMPILE_POOL."""
-    raw = (os.environ.get(ENV_POOL, "") if raw is None else raw).strip()
-    if raw.startswith("ray://"):
-        return "ray", raw
-    low = raw.lower()
-    if low in ("", "node", "daemon", "1", "on"):
-        return "node", None
-    if low == "ray":
-        return "ray", None
-    if low in ("local", "inprocess", "in-process", "threads"):
-        return "local", None
-    if low in ("off", "0", "stock", "none"):
-        return "off", None
-    warn_once(f"pool-kind:{raw}", f"pcompile: {ENV_POOL}={raw!r} is not node, ray, ray://ADDRESS, local or off; using node", logger=log)
-    return "node", None
+    """('node'|'ray'|'local'|'off', ray address or None) from PCOMPILE_POOL (or `raw`)."""
+    kind = POOL.get() if raw is None else POOL.get({POOL.name: raw})
+    if kind.startswith("ray://"):
+        return "ray", kind
+    return kind, None
+
+
+def daemon_options(preload: tuple[str, ...]) -> Any:
+    """How this process would start the node daemon (also used by `pcompile warm`, which starts
+    it before its sandboxed child can: a daemon must never live in the warm's file sandbox)."""
+    from pcompile.pool.launcher import DaemonOptions
+
+    return DaemonOptions(idle_exit=POOL_IDLE_EXIT.get(), job_timeout=job_timeout(), preload=preload)
 
 
 class LocalPool:
@@ -87,7 +72,7 @@ def start_pool(kind: str, address: str | None, *, cache_dir: Path, timeout: floa
         try:
             from pcompile.pool.ray_pool import RayPool
 
-            actors = int(os.environ.get(ENV_RAY_ACTORS) or 0) or None
+            actors = RAY_ACTORS.get() or None
             # Remote actors use their own cache dirs: the parent's absolute paths mean nothing there.
             return RayPool(address, actors=actors, job_timeout=timeout, preload=preload), "ray"
         except Exception as exc:
@@ -95,8 +80,8 @@ def start_pool(kind: str, address: str | None, *, cache_dir: Path, timeout: floa
             kind = "node"
     if kind == "node":
         from pcompile.pool.client import NodePool
-        from pcompile.pool.launcher import DaemonOptions
 
-        options = DaemonOptions(idle_exit=_env_float(ENV_IDLE_EXIT, DEFAULT_IDLE_EXIT), job_timeout=timeout, preload=preload)
+        options = daemon_options(preload)
+        options.job_timeout = timeout
         return NodePool(cache_dir, options, local_workers=local_threads(), connect_now=eager), "node"
     return LocalPool(local_threads()), kind
