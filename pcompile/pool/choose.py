@@ -8,6 +8,7 @@ inductor/pool_install.py) never asks which one it got.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -81,7 +82,6 @@ def start_pool(kind: str, address: str | None, *, cache_dir: Path, timeout: floa
     if kind == "node":
         from pcompile.pool.client import NodePool
 
-        options = daemon_options(preload)
-        options.job_timeout = timeout
+        options = dataclasses.replace(daemon_options(preload), job_timeout=timeout)
         return NodePool(cache_dir, options, local_workers=local_threads(), connect_now=eager), "node"
     return LocalPool(local_threads()), kind
