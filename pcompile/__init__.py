@@ -15,6 +15,6 @@ def install() -> None:
 
 def warming() -> bool:
     """True inside `pcompile warm`: a script can skip work that cannot run on fake tensors."""
-    import os
+    from pcompile.settings import WARMING
 
-    return os.environ.get("PCOMPILE_WARMING") == "1"
+    return bool(WARMING.get())

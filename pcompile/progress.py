@@ -14,7 +14,7 @@ import sys
 import time
 from typing import IO, Iterator
 
-ENV_PROGRESS = "PCOMPILE_PROGRESS"  # "plain" forces periodic lines, "0"/"off" silences, "bar" forces the bar
+from pcompile.settings import PROGRESS
 
 
 class _Quiet:
@@ -123,8 +123,8 @@ class _Bar(_Quiet):
 
 
 def _mode(stream: IO[str], quiet: bool) -> str:
-    forced = (os.environ.get(ENV_PROGRESS) or "").strip().lower()
-    if quiet or forced in {"0", "off", "false", "no", "quiet"}:
+    forced = PROGRESS.get()  # "plain" forces periodic lines, "off" silences, "bar" forces the bar
+    if quiet or forced == "off":
         return "quiet"
     if forced in {"plain", "bar"}:
         return forced

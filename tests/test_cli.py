@@ -97,6 +97,20 @@ def test_gc_lru_and_pins(tmp_path: Path) -> None:
     assert run_cli("verify", *_args(tmp_path)).returncode == 0
 
 
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_gc_budget_flag_and_variable_read_sizes_alike(tmp_path: Path, how: str) -> None:
+    """`--max-bytes 0.25MiB` and PCOMPILE_MAX_BYTES=0.25MiB go through one parser (settings.parse_size)."""
+    store, _ = _populate(tmp_path, n=5, size=100_000)
+    old = time.time() - 86400
+    for path in store.tiers[0].root.rglob("*"):
+        if path.is_file():
+            os.utime(path, (old, old))  # past the blob grace period
+    argv = ["gc", "--json", *_args(tmp_path)] + (["--max-bytes", "0.25MiB"] if how == "flag" else [])
+    out = run_cli(*argv, env={"PCOMPILE_MAX_BYTES": "0.25MiB"} if how == "env" else None)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert 0 < store.tiers[0].usage()[1] <= 256 * 1024
+
+
 def test_gc_max_age(tmp_path: Path) -> None:
     store, entries = _populate(tmp_path, n=2)
     old = time.time() - 10 * 86400

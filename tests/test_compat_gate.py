@@ -7,6 +7,7 @@ import pytest
 
 from pcompile import compat
 from pcompile.compat import gate
+from pcompile.settings import PRETEND_TORCH_VERSION, PRETEND_TRITON_VERSION
 
 
 def test_every_compat_module_works_on_this_torch() -> None:
@@ -14,8 +15,8 @@ def test_every_compat_module_works_on_this_torch() -> None:
 
 
 def test_installed_versions_are_inside_the_gate(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(gate.ENV_PRETEND_TORCH, raising=False)
-    monkeypatch.delenv(gate.ENV_PRETEND_TRITON, raising=False)
+    monkeypatch.delenv(PRETEND_TORCH_VERSION.name, raising=False)
+    monkeypatch.delenv(PRETEND_TRITON_VERSION.name, raising=False)
     assert gate.unsupported_reason() is None
 
 
@@ -24,14 +25,16 @@ def test_installed_versions_are_inside_the_gate(monkeypatch: pytest.MonkeyPatch)
     ("2.16.0a0", "3.9.0", False), ("2.12.0", "3.5.0", False), ("2.12.0", "3.10.0", False), ("garbage", "3.6.0", False),
 ])
 def test_gate_ranges(monkeypatch: pytest.MonkeyPatch, torch_v: str, triton_v: str, ok: bool) -> None:
-    monkeypatch.setenv(gate.ENV_PRETEND_TORCH, torch_v)
-    monkeypatch.setenv(gate.ENV_PRETEND_TRITON, triton_v)
+    monkeypatch.setenv(PRETEND_TORCH_VERSION.name, torch_v)
+    monkeypatch.setenv(PRETEND_TRITON_VERSION.name, triton_v)
     assert (gate.unsupported_reason() is None) is ok
 
 
 def test_refusal_warns_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(gate.ENV_PRETEND_TORCH, "3.0.0")
-    monkeypatch.setattr(gate, "_warned", set())
+    monkeypatch.setenv(PRETEND_TORCH_VERSION.name, "3.0.0")
+    from pcompile import warn
+
+    monkeypatch.setattr(warn, "_warned", set())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert not gate.supported() and not gate.supported() and not gate.supported()
@@ -40,9 +43,9 @@ def test_refusal_warns_once(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_gate_check_raises_outside_the_ranges(monkeypatch: pytest.MonkeyPatch) -> None:
     """gate.check() follows the compat contract: None inside the ranges, CompatError naming the version outside."""
-    monkeypatch.delenv(gate.ENV_PRETEND_TORCH, raising=False)
-    monkeypatch.delenv(gate.ENV_PRETEND_TRITON, raising=False)
+    monkeypatch.delenv(PRETEND_TORCH_VERSION.name, raising=False)
+    monkeypatch.delenv(PRETEND_TRITON_VERSION.name, raising=False)
     gate.check()
-    monkeypatch.setenv(gate.ENV_PRETEND_TORCH, "3.0.0")
+    monkeypatch.setenv(PRETEND_TORCH_VERSION.name, "3.0.0")
     with pytest.raises(compat.CompatError, match="torch 3.0.0"):
         gate.check()

@@ -7,6 +7,7 @@ import inspect
 import pytest
 
 from pcompile.compat import lazy_backward as compat
+from pcompile.settings import EAGER_BACKWARD
 
 
 def test_check_passes_on_this_torch() -> None:
@@ -23,11 +24,11 @@ def test_flag_is_read_by_aot_autograd() -> None:
 def test_eager_backward_sets_flag_only_inside(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch._functorch.config as fconfig
 
-    monkeypatch.delenv(compat.ENV, raising=False)
+    monkeypatch.delenv(EAGER_BACKWARD.name, raising=False)
     assert fconfig.force_non_lazy_backward_lowering is False
     with compat.eager_backward():
         assert fconfig.force_non_lazy_backward_lowering is True
     assert fconfig.force_non_lazy_backward_lowering is False
-    monkeypatch.setenv(compat.ENV, "0")
+    monkeypatch.setenv(EAGER_BACKWARD.name, "0")
     with compat.eager_backward():
         assert fconfig.force_non_lazy_backward_lowering is False

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from pcompile.inductor import _testing as t
+from pcompile.settings import VDEV_DIR
 from pcompile.vdev import build, preload
 from pcompile.vdev.profile import resolve
 
@@ -34,10 +35,10 @@ rank = int(os.environ["LOCAL_RANK"])
 torch.cuda.set_device(rank)
 torch.manual_seed(0)
 
-from pcompile.inductor import flight, device_index
+from pcompile.inductor import store_gateway, device_index
 from pcompile.inductor.layer_keys import store_key
 lookups = []
-flight.add_listener(lambda kind, key, outcome: lookups.append((kind, key, outcome)))
+store_gateway.add_listener(lambda kind, key, outcome: lookups.append((kind, key, outcome)))
 
 
 class Block(torch.nn.Module):
@@ -87,7 +88,7 @@ print("RESULT " + json.dumps({
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    os.environ.setdefault(build.ENV_BUILD_DIR, str(tmp_path_factory.mktemp("vdev")))
+    os.environ.setdefault(VDEV_DIR.name, str(tmp_path_factory.mktemp("vdev")))
     return build.library()
 
 

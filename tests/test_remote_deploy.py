@@ -128,14 +128,14 @@ def _doc(name: str, bucket: str) -> str:
 
 
 def test_s3_documents_parse_and_agree_with_the_code() -> None:
-    from pcompile.store import s3_backend
+    from pcompile.settings import S3_REFRESH_DAYS
 
     docs = {p.name: json.loads(p.read_text()) for p in (CACHE / "s3").glob("*.json")}
     assert set(docs) == {"lifecycle.json", "iam-writer-policy.json", "iam-reader-policy.json", "bucket-policy.json"}
     rules = {r["ID"]: r for r in docs["lifecycle.json"]["Rules"]}
     manifests = next(r for r in rules.values() if r["Filter"]["Prefix"].endswith("/v1/manifests/"))
     blobs = next(r for r in rules.values() if r["Filter"]["Prefix"].endswith("/v1/blobs/"))
-    refresh = float(os.environ.get(s3_backend.ENV_REFRESH_DAYS) or 7)
+    refresh = S3_REFRESH_DAYS.get()
     assert blobs["Expiration"]["Days"] - manifests["Expiration"]["Days"] >= refresh, "a blob must outlive the manifests naming it"
     reader_actions = {a for s in docs["iam-reader-policy.json"]["Statement"] for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
     assert reader_actions == {"s3:GetObject", "s3:ListBucket"}, "readers get no write of any kind"

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from pcompile.errors import PcompileError
+from pcompile.settings import VDEV_DIR
 from pcompile.vdev import build, preload
 from pcompile.vdev.profile import builtin_names, describe, resolve
 
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="LD_PRELOAD virt
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory) -> Path:
-    os.environ.setdefault(build.ENV_BUILD_DIR, str(tmp_path_factory.mktemp("vdev")))
+    os.environ.setdefault(VDEV_DIR.name, str(tmp_path_factory.mktemp("vdev")))
     return build.library()
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from pcompile.errors import PcompileError
+from pcompile.settings import VDEV_DIR
 from pcompile.vdev import build, entry_points, preload
 from pcompile.vdev.profile import resolve
 
@@ -22,8 +23,8 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="LD_PRELOAD virt
 
 @pytest.fixture(scope="module")
 def build_dir(tmp_path_factory) -> Path:
-    os.environ.setdefault(build.ENV_BUILD_DIR, str(tmp_path_factory.mktemp("vdev")))
-    return Path(os.environ[build.ENV_BUILD_DIR])
+    os.environ.setdefault(VDEV_DIR.name, str(tmp_path_factory.mktemp("vdev")))
+    return Path(os.environ[VDEV_DIR.name])
 
 
 @pytest.fixture(scope="module")

@@ -70,7 +70,8 @@ def test_user_tree_untouched_and_the_script_still_sees_its_writes(tmp_path):
     assert not (user / "out" / "notes2.txt").exists()
     # the script's writes went to the run dir, and it read them back from there
     mirror = Path(s["dir"] + str(user))
-    assert out["log_reads_back"] == "from the warm\n" == (mirror / "out" / "log.txt").read_text()
+    # appending continues the file the script sees (copied up first), as on a real run
+    assert out["log_reads_back"] == "the user's log\nfrom the warm\n" == (mirror / "out" / "log.txt").read_text()
     assert (mirror / "out" / "notes2.txt").read_text() == "x" and (mirror / "out" / "real.pt").exists()
     assert s["n_skipped_saves"] == 2 and "ckpt.pt" in s["skipped_saves"][0]
     # a skipped save leaves a stub in the run dir only, which the script's rename and link move

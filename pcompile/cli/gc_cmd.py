@@ -2,21 +2,19 @@
 from __future__ import annotations
 
 import argparse
-import re
 
+from pcompile import settings
 from pcompile.cli.common import add_common, emit, open_store
 from pcompile.errors import PcompileError
 from pcompile.store.fs_tier import DirectoryTier
 from pcompile.store.gc import collect_garbage
 
-_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
-
-
 def parse_size(text: str) -> int:
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", text.lower())
-    if not match:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size: use bytes or e.g. 500M, 20G")
-    return int(float(match.group(1)) * _UNITS[match.group(2)])
+    """--max-bytes: the same parser as PCOMPILE_MAX_BYTES (pcompile/settings.py)."""
+    try:
+        return settings.parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _days(text: str) -> float:
@@ -32,14 +30,25 @@ def _days(text: str) -> float:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("gc", help="evict least-recently-used entries down to a budget; pinned entries stay")
     add_common(p)
-    p.add_argument("--max-bytes", type=parse_size, default=None, help="size budget (default PCOMPILE_MAX_BYTES or 10G)")
-    p.add_argument("--max-entries", type=int, default=None, help="entry budget (default PCOMPILE_MAX_ENTRIES)")
+    p.add_argument("--max-bytes", type=parse_size, default=None, help=f"size budget, like 20G (default {settings.MAX_BYTES.name} or {settings.MAX_BYTES.show_default()})")
+    p.add_argument("--max-entries", type=int, default=None, help=f"entry budget (default {settings.MAX_ENTRIES.name} or {settings.MAX_ENTRIES.show_default()})")
     p.add_argument("--max-age", type=_days, default=None, help="also drop entries not used for DAYS")
     p.add_argument("--shared", action="store_true", help="also collect the shared tier (run from one node only)")
+    p.add_argument("--warm-runs-age", type=_days, default=7.0,
+                   help="remove `pcompile warm` run dirs (what warmed scripts wrote) older than DAYS (default 7)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from pcompile.cli.common import settings_from
+    from pcompile.warm.isolation import sweep_runs
+
+    settings = settings_from(args)
+    runs, run_bytes = sweep_runs(settings.cache_dir, args.warm_runs_age)
+    run_line = [f"warm runs: removed {runs} run dirs older than {args.warm_runs_age:g} days, freed {run_bytes} bytes"] if runs else []
+    if not (settings.cache_dir / "store").exists() and (settings.cache_dir / "warm-runs").exists():  # warm runs only (stock caches)
+        emit(args, {"warm-runs": {"runs_removed": runs, "bytes_freed": run_bytes}}, "\n".join(run_line) or "nothing to collect")
+        return 0
     store = open_store(args, must_exist=True)
     max_bytes = args.max_bytes if args.max_bytes is not None else store.settings.max_bytes
     max_entries = args.max_entries if args.max_entries is not None else store.settings.max_entries
@@ -50,10 +59,11 @@ def run(args: argparse.Namespace) -> int:
         if tier.kind == "shared" and store.settings.read_only:
             raise PcompileError("PCOMPILE_READ_ONLY is set: unset it to collect the shared tier")
         results[tier.name] = collect_garbage(tier, max_bytes=max_bytes, max_entries=max_entries, max_age_days=args.max_age).to_json()
-    lines = [
+    results["warm-runs"] = {"runs_removed": runs, "bytes_freed": run_bytes}
+    lines = run_line + [
         f"{name}: removed {r['entries_removed']} entries and {r['blobs_removed']} blobs, freed {r['bytes_freed']} bytes; "
         f"{r['entries_after']} entries left ({r['pinned_kept']} pinned)"
-        for name, r in results.items()
+        for name, r in results.items() if name != "warm-runs"
     ]
     emit(args, results, "\n".join(lines) or "nothing to collect")
     return 0

@@ -41,7 +41,8 @@ def _write(path: Path, data: bytes, mode: int, force: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pcompile.trust.keys import ENV_HMAC_KEY_FILE, ENV_SIGNING_KEY_FILE, ENV_VERIFY_KEY_FILE, generate_ed25519, generate_hmac
+    from pcompile.settings import HMAC_KEY_FILE, SIGNING_KEY_FILE, VERIFY_KEY_FILE
+    from pcompile.trust.signing_keys import generate_ed25519, generate_hmac
 
     out = Path(args.out).expanduser().absolute()
     out.mkdir(parents=True, exist_ok=True)
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         path = out / f"{args.name}-hmac.key"
         _write(path, generate_hmac(), 0o600, args.force)
         files = {"hmac_key": str(path)}
-        text = f"wrote {path} (mode 600)\nevery writer and reader: export {ENV_HMAC_KEY_FILE}={path}"
+        text = f"wrote {path} (mode 600)\nevery writer and reader: export {HMAC_KEY_FILE.name}={path}"
     else:
         private, public = generate_ed25519()
         priv_path, pub_path = out / f"{args.name}-signing.key", out / f"{args.name}-verify.pub"
@@ -62,8 +63,8 @@ def run(args: argparse.Namespace) -> int:
         files = {"signing_key": str(priv_path), "verify_key": str(pub_path)}
         text = (
             f"wrote {priv_path} (private, mode 600) and {pub_path} (public)\n"
-            f"writers:   export {ENV_SIGNING_KEY_FILE}={priv_path}\n"
-            f"consumers: export {ENV_VERIFY_KEY_FILE}={pub_path}"
+            f"writers:   export {SIGNING_KEY_FILE.name}={priv_path}\n"
+            f"consumers: export {VERIFY_KEY_FILE.name}={pub_path}"
         )
     emit(args, {"type": args.type, "files": files}, text)
     return 0

@@ -178,11 +178,3 @@ def guarded_count(package_or_entry: Any) -> int:
     """How many guarded versions of its frames a package (or a stored program) holds."""
     codes = package_or_entry.dynamo.codes if hasattr(package_or_entry, "dynamo") else package_or_entry._codes.values()
     return sum(len(code.guarded_codes) for code in codes)
-
-
-def missing_backends() -> int:
-    """Backends named by recorded packages that PrecompileContext never received (diagnostics)."""
-    _, _, pctx, _ = _modules()
-    ctx = pctx.PrecompileContext
-    have = ctx._backend_artifacts_by_key
-    return sum(1 for e in getattr(ctx, "_dynamo_cache_entries", {}).values() for b in e.backend_ids if b not in have)

@@ -8,15 +8,17 @@ version (tests use them to exercise the fallback without installing another torc
 
 It sits in compat, the ground floor, because its ranges are what the compat modules were read
 against, and because everything above it (hooks, warm, pool) asks it first. It touches no private
-name itself. `warn_once` here is the process-wide one-warning-per-problem helper.
+name itself. Its warning goes through pcompile/warn.py, the one `warn_once`.
 """
 from __future__ import annotations
 
 import logging
-import os
 import re
-import threading
-import warnings
+
+from pcompile.errors import PcompileFallbackWarning  # noqa: F401  (what the gate warns with)
+from pcompile.warn import warn_once
+
+from pcompile.settings import PRETEND_TORCH_VERSION, PRETEND_TRITON_VERSION
 
 log = logging.getLogger("pcompile.inductor")
 
@@ -27,25 +29,6 @@ CHECKED = {"torch": "2.11.0, 2.14.1, 2.15.0", "triton": "3.6.0, 3.8.0, 3.9.0"}
 TORCH_RANGE = ((2, 11), (2, 15))
 TRITON_RANGE = ((3, 6), (3, 9))
 
-ENV_PRETEND_TORCH = "PCOMPILE_PRETEND_TORCH_VERSION"
-ENV_PRETEND_TRITON = "PCOMPILE_PRETEND_TRITON_VERSION"
-
-
-class PcompileFallbackWarning(UserWarning):
-    """pcompile could not hook this torch/triton and runs stock Inductor instead."""
-
-
-_warned: set[str] = set()
-_lock = threading.Lock()
-
-
-def warn_once(tag: str, message: str) -> None:
-    """One warning per tag per process, however many compiles hit the same problem."""
-    with _lock:
-        if tag in _warned:
-            return
-        _warned.add(tag)
-    warnings.warn(message, PcompileFallbackWarning, stacklevel=3)
 
 
 def _major_minor(version: str) -> tuple[int, int] | None:
@@ -54,7 +37,7 @@ def _major_minor(version: str) -> tuple[int, int] | None:
 
 
 def torch_version() -> str:
-    pretend = os.environ.get(ENV_PRETEND_TORCH)
+    pretend = PRETEND_TORCH_VERSION.get()
     if pretend:
         return pretend
     import torch
@@ -64,7 +47,7 @@ def torch_version() -> str:
 
 def triton_version() -> str | None:
     """None when triton is not installed (CPU-only torch): the kernel layer for Triton is moot."""
-    pretend = os.environ.get(ENV_PRETEND_TRITON)
+    pretend = PRETEND_TRITON_VERSION.get()
     if pretend:
         return pretend
     try:  # metadata first: this also runs while `import torch` is finishing (PCOMPILE=1)

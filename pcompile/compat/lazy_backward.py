@@ -17,15 +17,14 @@ Touched (torch 2.14.1 and 2.11.0: `torch/_functorch/config.py` 377/360, read int
 from __future__ import annotations
 
 import contextlib
-import os
 from typing import Iterator
 
 from pcompile.compat import require_attr
+from pcompile.settings import EAGER_BACKWARD
 
 #: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
 CHECKED = {'torch': '2.11.0, 2.14.1, 2.15.0'}
 
-ENV = "PCOMPILE_EAGER_BACKWARD"
 
 
 def check() -> None:
@@ -36,7 +35,7 @@ def check() -> None:
 
 
 def wanted() -> bool:
-    return os.environ.get(ENV, "1").strip().lower() not in {"0", "false", "no", "off"}
+    return bool(EAGER_BACKWARD.get())
 
 
 @contextlib.contextmanager

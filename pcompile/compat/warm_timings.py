@@ -8,13 +8,13 @@ this module's check().
 from __future__ import annotations
 
 import functools
-import os
 import threading
 from typing import Any, Callable
 
 import torch
 
 from pcompile.compat.warm_runtime import mark, marked, missing
+from pcompile.settings import WARM_PAD_MM
 
 CHECKED = {"torch": "2.11.0, 2.14.1, 2.15.0 (2.15: check() and tests/test_warm*.py)"}
 
@@ -41,8 +41,7 @@ class _NoGpuTiming(Exception):
 
 
 def pad_mm_prediction() -> str:
-    raw = os.environ.get("PCOMPILE_WARM_PAD_MM", "pad").strip().lower()
-    return "nopad" if raw in ("nopad", "no", "0", "false", "off") else "pad"
+    return str(WARM_PAD_MM.get())
 
 
 def no_gpu_timing_in_pad_mm(on_guess: Callable[[], None], harmless: Callable[[], Any]) -> None:

@@ -27,7 +27,6 @@ this module's check().
 from __future__ import annotations
 
 import functools
-import os
 import threading
 import weakref
 from typing import Any
@@ -35,6 +34,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
+from pcompile import settings
 from pcompile.compat.warm_runtime import mark, marked, missing
 
 CHECKED = {"torch": "2.14.1 (tests/test_warm_values.py)"}
@@ -46,7 +46,7 @@ PRIVATE_SYMBOLS: list[tuple[str, str]] = [
 
 #: largest tensor (elements) that gets a shadow: labels, masks and index tensors of a batch fit;
 #: activations and weights of real models do not, and cost nothing
-SIZE_LIMIT = int(os.environ.get("PCOMPILE_WARM_VALUE_LIMIT", 1 << 20))
+SIZE_LIMIT = int(settings.WARM_VALUE_LIMIT.get())
 _UNINITIALISED = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted",
                             "set_", "resize_", "resize_as_"})
 

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from pcompile.events import _context, _profiler
+from pcompile.settings import EVENTS
 from pcompile.events._sink import Sink, events_dir
 
 __all__ = ["span", "emit", "enabled", "job_id", "log_path", "events_dir", "now", "Span", "KINDS", "OUTCOMES"]
 
-ENV_EVENTS = "PCOMPILE_EVENTS"
 SCHEMA = 1
 KINDS = ("dynamo", "aot_autograd", "inductor_lowering", "graph_compile", "kernel_compile", "cache_lookup",
          "lease_wait", "warm_step", "verify", "gc")
@@ -36,7 +36,6 @@ OUTCOMES = ("hit", "miss", "compiled", "error")
 _sink = Sink()
 _ids = itertools.count(1)
 _local = threading.local()
-_OFF = {"0", "false", "no", "off"}
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_sink._after_fork)
@@ -44,8 +43,7 @@ if hasattr(os, "register_at_fork"):
 
 def enabled() -> bool:
     """Events are on unless PCOMPILE_EVENTS is 0/false/no/off."""
-    raw = os.environ.get(ENV_EVENTS)
-    return raw is None or raw.strip().lower() not in _OFF
+    return bool(EVENTS.get())
 
 
 def job_id() -> str:

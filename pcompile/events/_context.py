@@ -12,8 +12,9 @@ import socket
 import time
 import uuid
 
-ENV_JOB_ID = "PCOMPILE_JOB_ID"
-_JOB_ENVS = (ENV_JOB_ID, "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID")
+from pcompile.settings import CACHE_DIR, JOB_ID
+
+_LAUNCHER_JOB_ENVS = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID")
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 _host: str | None = None
@@ -21,13 +22,22 @@ _host: str | None = None
 
 def job_id() -> str:
     """The current job's id, minting and exporting one if no launcher set it."""
-    for name in _JOB_ENVS:
-        raw = os.environ.get(name)
+    for raw in (JOB_ID.get(), *(os.environ.get(name) for name in _LAUNCHER_JOB_ENVS)):
         if raw:
             return sanitize(raw)
     new = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
-    os.environ[ENV_JOB_ID] = new
+    os.environ[JOB_ID.name] = new
     return new
+
+
+def explicit_job_id() -> str | None:
+    """PCOMPILE_JOB_ID as set (by a launcher, or minted and exported by job_id())."""
+    return JOB_ID.get()
+
+
+def identity() -> tuple:
+    """What decides which log this process writes to: a change of any part reopens it."""
+    return (os.getpid(), CACHE_DIR.raw(), JOB_ID.raw(), *(os.environ.get(name) for name in _LAUNCHER_JOB_ENVS))
 
 
 def sanitize(raw: str) -> str:

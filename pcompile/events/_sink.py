@@ -13,11 +13,8 @@ import threading
 from pathlib import Path
 
 from pcompile.events import _context
+from pcompile.settings import EVENTS_KEEP, EVENTS_MAX_BYTES
 
-ENV_MAX_BYTES = "PCOMPILE_EVENTS_MAX_BYTES"
-ENV_KEEP = "PCOMPILE_EVENTS_KEEP"
-DEFAULT_MAX_BYTES = 64 * 1024 * 1024
-DEFAULT_KEEP = 50
 MAX_LINE = 8192
 MAX_OTHER_JOBS = 16
 SUFFIX = ".jsonl"
@@ -34,13 +31,6 @@ def events_dir(cache_dir: str | os.PathLike | None = None) -> Path:
     return Path(cache_dir) / "events"
 
 
-def _env_int(name: str, default: int) -> int:
-    try:
-        return int(float(os.environ.get(name) or default))
-    except ValueError:
-        return default
-
-
 class Sink:
     """One open log per (process, cache dir, job); reopened when any of them changes."""
 
@@ -49,7 +39,7 @@ class Sink:
         self._ident: tuple | None = None
         self._fd: int | None = None
         self._path: Path | None = None
-        self._max_bytes = DEFAULT_MAX_BYTES
+        self._max_bytes = EVENTS_MAX_BYTES.default
         self._full = False
         self._broken = False
         self._others: dict[tuple, int] = {}
@@ -62,7 +52,7 @@ class Sink:
         recording on behalf of the process that asked it)."""
         try:
             line = _encode(record)
-            if job is not None and job != os.environ.get(_context.ENV_JOB_ID):
+            if job is not None and job != _context.explicit_job_id():
                 self._write_other(_context.sanitize(str(job)), line)
                 return
             fd = self._descriptor()
@@ -72,14 +62,14 @@ class Sink:
                 if not self._full:
                     self._full = True
                     log.warning("pcompile: event log %s reached %d bytes; further events of this job are dropped "
-                                "(raise %s to keep more)", self._path, self._max_bytes, ENV_MAX_BYTES)
+                                "(raise %s to keep more)", self._path, self._max_bytes, EVENTS_MAX_BYTES.name)
                 return
             os.write(fd, line)
         except Exception as exc:  # recording must never break the caller
             self._disable(exc)
 
     def _write_other(self, job: str, line: bytes) -> None:
-        key = (os.getpid(), os.environ.get("PCOMPILE_CACHE_DIR"), job)
+        key = (*_context.identity()[:2], job)
         fd = self._others.get(key)
         if fd is None:
             with self._lock:
@@ -93,12 +83,11 @@ class Sink:
                 directory.mkdir(parents=True, exist_ok=True)
                 fd = os.open(directory / (job + SUFFIX), os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
                 self._others[key] = fd
-        if os.fstat(fd).st_size + len(line) <= _env_int(ENV_MAX_BYTES, DEFAULT_MAX_BYTES):
+        if os.fstat(fd).st_size + len(line) <= EVENTS_MAX_BYTES.get():
             os.write(fd, line)
 
     def _descriptor(self) -> int | None:
-        ident = (os.getpid(), os.environ.get("PCOMPILE_CACHE_DIR"), os.environ.get(_context.ENV_JOB_ID),
-                 os.environ.get("TORCHELASTIC_RUN_ID"), os.environ.get("SLURM_JOB_ID"))
+        ident = _context.identity()
         if ident == self._ident:
             return None if (self._broken or self._full) else self._fd
         with self._lock:
@@ -114,13 +103,12 @@ class Sink:
                 pass
         self._fd, self._full, self._broken = None, False, False
         self._ident = ident
-        self._max_bytes = _env_int(ENV_MAX_BYTES, DEFAULT_MAX_BYTES)
+        self._max_bytes = EVENTS_MAX_BYTES.get()
         directory = events_dir()
         directory.mkdir(parents=True, exist_ok=True)
         self._path = directory / (_context.job_id() + SUFFIX)
         # job_id() may have minted and exported an id: remember the environment as it is now.
-        self._ident = (os.getpid(), os.environ.get("PCOMPILE_CACHE_DIR"), os.environ.get(_context.ENV_JOB_ID),
-                       os.environ.get("TORCHELASTIC_RUN_ID"), os.environ.get("SLURM_JOB_ID"))
+        self._ident = _context.identity()
         created = False
         try:
             self._fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
@@ -128,7 +116,7 @@ class Sink:
         except FileExistsError:
             self._fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0))
         if created:
-            prune(directory, keep=_env_int(ENV_KEEP, DEFAULT_KEEP), spare=self._path)
+            prune(directory, keep=EVENTS_KEEP.get(), spare=self._path)
 
     def _after_fork(self) -> None:
         self._lock = threading.Lock()

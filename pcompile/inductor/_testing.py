@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pcompile import settings
+
 REPO = Path(__file__).resolve().parents[2]
 RESULT_MARK = "PCOMPILE_RESULT "
 
@@ -68,9 +70,9 @@ eager = torch.cat([p.detach().flatten() for p in reference.parameters()]).tolist
 out = {"losses": [float(v).hex() for v in losses], "params": [float(v).hex() for v in params],
        "loss_values": losses, "param_values": params, "eager_param_values": eager}
 try:
-    from pcompile.inductor import flight, hooks
+    from pcompile.inductor import store_gateway, hooks
     out["hooks"] = {"active": hooks.state.active, "layers": list(hooks.state.layers)}
-    out["held"] = flight.held_keys()
+    out["held"] = store_gateway.held_keys()
 except Exception as exc:
     out["hooks"] = {"error": repr(exc)}
 print("''' + RESULT_MARK + '''" + json.dumps(out), flush=True)
@@ -79,11 +81,11 @@ print("''' + RESULT_MARK + '''" + json.dumps(out), flush=True)
 
 def clean_env(**extra: str) -> dict[str, str]:
     """This interpreter's environment minus anything pcompile/Inductor/Triton would read."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PCOMPILE", "TORCHINDUCTOR_", "TRITON_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith((settings.PREFIX, "TORCHINDUCTOR_", "TRITON_"))}
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"  # 2-core CI: no worker pools
-    env["PCOMPILE_POOL"] = "off"
-    env["PCOMPILE_EVENTS"] = "0"
+    env[settings.POOL.name] = "off"
+    env[settings.EVENTS.name] = "0"
     env.update(extra)
     return env
 
@@ -123,9 +125,9 @@ def run(script: Path, how: str, env: dict[str, str], cwd: Path | None = None, st
 
 def stats(cache_dir: Path, shared_dir: Path | None = None) -> dict[str, Any]:
     """`pcompile stats --json` for a cache dir (the CLI the README shows)."""
-    env = clean_env(PCOMPILE_CACHE_DIR=str(cache_dir))
+    env = clean_env(**{settings.CACHE_DIR.name: str(cache_dir)})
     if shared_dir is not None:
-        env["PCOMPILE_SHARED_DIR"] = str(shared_dir)
+        env[settings.SHARED_DIR.name] = str(shared_dir)
     proc = subprocess.run([sys.executable, "-m", "pcompile.cli.main", "stats", "--json"], env=env,
                           capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:

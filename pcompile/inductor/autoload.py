@@ -10,14 +10,13 @@ Inductor) are installed by the first compile. It must never raise: torch would r
 """
 from __future__ import annotations
 
-import os
 import warnings
 
-ENV = "PCOMPILE"
+from pcompile.settings import ROUTE
 
 
 def requested() -> bool:
-    return os.environ.get(ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+    return bool(ROUTE.get())
 
 
 def autoload() -> None:

@@ -33,12 +33,11 @@ import time
 from typing import Any, Iterator
 
 from pcompile.inductor.timing import emit, now
+from pcompile.settings import BACKWARD_AHEAD
 from pcompile.thread_flags import is_raised, raised
 
 log = logging.getLogger("pcompile.inductor")
 
-ENV = "PCOMPILE_BACKWARD_AHEAD"
-ENV_EARLY = "PCOMPILE_BACKWARD_AHEAD_EARLY"
 #: How long the parent waits for a started job to claim its key (worker start-up included).
 CLAIM_TIMEOUT_S = 60.0
 
@@ -61,9 +60,7 @@ def wanted() -> bool:
     backward into the AOTAutograd entry, and a backward taken from the worker's entry has made
     its Triton launchers already, which torch refuses to pickle (H100, torch 2.11: "pickle should
     not be called with after make_launchers()"), so the program was never stored."""
-    from pcompile.config import switch
-
-    chosen = switch(ENV)
+    chosen = BACKWARD_AHEAD.get()
     if chosen is None:
         return _default_on() and not _programs_wanted()
     return chosen
@@ -187,7 +184,7 @@ class Worker:
         self.alive, self.ready, self.busy, self.proc = True, False, None, None
         self.started = now()
         env = dict(os.environ)
-        env[ENV] = "0"
+        env[BACKWARD_AHEAD.name] = "0"
         threading.Thread(target=self._run_child, args=(self.generation, env), name="pcompile-backward-ahead",
                          daemon=True).start()
 
@@ -325,10 +322,8 @@ _first_scope_seen = False
 
 
 def start_early() -> None:
-    """The process has committed to pcompile: start the worker now (hooks.py calls this).
-    `PCOMPILE_BACKWARD_AHEAD_EARLY=0` waits for the first AOTAutograd miss instead (session 3's
-    behaviour, kept to measure the difference)."""
-    if wanted() and os.environ.get(ENV_EARLY, "").strip() != "0":
+    """The process has committed to pcompile: start the worker now (hooks.py calls this)."""
+    if wanted():
         worker().start()
 
 
@@ -350,7 +345,7 @@ _first_autograd_seen = False
 
 
 def on_lookup(kind: str, key: str, outcome: str) -> None:
-    """flight calls this. An AOTAutograd entry this process must compile starts the worker (if
+    """store_gateway calls this. An AOTAutograd entry this process must compile starts the worker (if
     start_early did not). If the process's first AOTAutograd entry is in the store or being
     compiled by another process (a hot start, or a rank that waits for another rank), the worker
     started early is let go before it has finished importing for nothing."""

@@ -14,15 +14,15 @@ import os
 import time
 from typing import Any, Callable, Sequence
 
-from pcompile.inductor import flight
+from pcompile.inductor import store_gateway
 from pcompile.compat import cpp_compile as compat
 from pcompile.inductor.layer_keys import store_key
+from pcompile.settings import DISABLE
 
 BLOB = "lib"
 #: Only linked libraries go to the store. Precompiled headers (.h.gch, tens of MB, valid only for
 #: the exact compiler and header path) and object files stay in Inductor's local directories.
 LIBRARY_SUFFIXES = (".so", ".dylib", ".dll", ".pyd")
-_DISABLE_ENV = "PCOMPILE_DISABLE"
 
 
 def _inductor_key(target: str) -> str:
@@ -51,7 +51,7 @@ def _materialise(target: str, data: bytes | None) -> bool:
 
 def _backfill(ikey: str, target: str) -> None:
     """Publish a library only Inductor's local cache holds, so other nodes can get it too."""
-    if flight.present("cpp", ikey):
+    if store_gateway.present("cpp", ikey):
         return
     try:
         with open(target, "rb") as handle:
@@ -59,13 +59,13 @@ def _backfill(ikey: str, target: str) -> None:
     except OSError:
         return
     if data:
-        flight.publish("cpp", ikey, {BLOB: data}, meta={"source": "inductor.cpp", "file": os.path.basename(target), "backfill": True},
+        store_gateway.publish("cpp", ikey, {BLOB: data}, meta={"source": "inductor.cpp", "file": os.path.basename(target), "backfill": True},
                        compile_seconds=0.0, compiled=False)
 
 
 def make_wrapper(original: Callable[[str, Sequence[Any]], None]) -> Callable[[str, Sequence[Any]], None]:
     def _worker_compile_cpp(lock_path: str, cpp_builders: Sequence[Any]) -> None:
-        if not cpp_builders or os.environ.get(_DISABLE_ENV) == "1":
+        if not cpp_builders or DISABLE.get():
             return original(lock_path, cpp_builders)
         try:
             target = compat.target_path(cpp_builders[-1])
@@ -78,7 +78,7 @@ def make_wrapper(original: Callable[[str, Sequence[Any]], None]) -> Callable[[st
             result = original(lock_path, cpp_builders)  # under Inductor's lock: waits out a build in progress
             _backfill(ikey, target)
             return result
-        entry = flight.lookup("cpp", ikey, single_flight=True)
+        entry = store_gateway.lookup("cpp", ikey, single_flight=True)
         if entry is not None and _materialise(target, entry.blobs.get(BLOB)):
             return None
         t0 = time.perf_counter()
@@ -90,12 +90,12 @@ def make_wrapper(original: Callable[[str, Sequence[Any]], None]) -> Callable[[st
             except OSError:
                 data = b""
             if data:
-                flight.publish("cpp", ikey, {BLOB: data}, meta={"source": "inductor.cpp", "file": os.path.basename(target)},
+                store_gateway.publish("cpp", ikey, {BLOB: data}, meta={"source": "inductor.cpp", "file": os.path.basename(target)},
                                compile_seconds=time.perf_counter() - t0)
             return result
         finally:
             try:
-                flight.release(store_key("cpp", ikey)[0])
+                store_gateway.release(store_key("cpp", ikey)[0])
             except Exception:
                 pass
 

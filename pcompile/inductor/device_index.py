@@ -39,11 +39,11 @@ loaded wrapper names only cuda:1.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from typing import Any, Iterator
 
-ENV = "PCOMPILE_DEVICE_INDEX"
+from pcompile.settings import DEVICE_INDEX
+
 _tls = threading.local()
 _lock = threading.Lock()
 #: keys normalised / entries rebound / entries refused, for tests and `pcompile stats` readers
@@ -51,7 +51,7 @@ counts: dict[str, int] = {"normalised": 0, "rebound": 0, "refused": 0}
 
 
 def enabled() -> bool:
-    return os.environ.get(ENV, "").strip().lower() not in {"keep", "0", "off", "no", "false"}
+    return DEVICE_INDEX.get() != "keep"
 
 
 def _cuda_indices(values: Any) -> set[int]:
@@ -175,7 +175,7 @@ class _Policy:
 def install() -> str | None:
     """Turn normalisation on in this process; None if on, else why not."""
     if not enabled():
-        return f"{ENV}=keep"
+        return f"{DEVICE_INDEX.name}=keep"
     from pcompile import compat
 
     reason = compat.check("device_index")

@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 
 from pcompile.config import Settings
+from pcompile.settings import DISABLE, EVENTS
 from pcompile.store import diskfault
 
 _lock = threading.Lock()
@@ -44,8 +45,8 @@ def fall_back(root: Path, code: int, detail: str = "") -> bool:
         for var, sub in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", os.path.join("inductor", "triton"))):
             if _moved(var, root):
                 os.environ[var] = os.path.join(private, sub)
-        os.environ["PCOMPILE_EVENTS"] = "0"  # the event log lives in the cache dir too
-        os.environ["PCOMPILE_DISABLE"] = "1"  # compile workers started from now on run stock
+        os.environ[EVENTS.name] = "0"  # the event log lives in the cache dir too
+        os.environ[DISABLE.name] = "1"  # compile workers started from now on run stock
         _private = private
     _sweep_own_temp_files(root)
     why = f" ({detail})" if detail else ""

@@ -36,11 +36,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pcompile import compat
-from pcompile.inductor import flight
-from pcompile.compat.gate import warn_once
+from pcompile.inductor import store_gateway
+from pcompile.warn import warn_once
 from pcompile.inductor.timing import emit, now, span
+from pcompile.settings import PROGRAMS
 
-ENV = "PCOMPILE_PROGRAMS"
 KIND = "program"
 BLOB = "program"
 DISPATCH_BLOB = "dispatch"  # JSON: the dispatch-key state the frames were converted under (older torch)
@@ -73,7 +73,7 @@ def wanted() -> bool:
     guards rebuilt outside the caller's autocast (`dispatch_state()`), and backward ahead's
     pre-launched backwards that torch cannot pickle (backward ahead is off with programs on).
     Not re-measured on a GPU yet, so still opt-in; on CPU it runs untraced (tests/test_programs.py)."""
-    return os.environ.get(ENV, "0").strip().lower() in {"1", "true", "yes", "on"}
+    return bool(PROGRAMS.get())
 
 
 def install() -> bool:
@@ -93,7 +93,7 @@ def install() -> bool:
         dynamo_package.install(_Hooks())
         _state.installed = True
         atexit.register(_flush_pending)
-        flight.add_publish_listener(_on_publish)
+        store_gateway.add_publish_listener(_on_publish)
         return True
 
 
@@ -206,7 +206,7 @@ class _Hooks:
         with _lock:
             _state.keys[code_id] = source
             _state.names[code_id] = name
-        entry = flight.lookup(KIND, source, single_flight=False)
+        entry = store_gateway.lookup(KIND, source, single_flight=False)
         if entry is None:
             _count("missed")
             return None
@@ -350,7 +350,7 @@ def _save(code_id: int, package: Any) -> None:
             dispatch = _state.dispatch.get(code_id)
         if dispatch is not None:
             blobs[DISPATCH_BLOB] = json.dumps(dispatch).encode()
-        ok = flight.publish(KIND, source, blobs, meta={"name": name, "source": "pcompile.programs",
+        ok = store_gateway.publish(KIND, source, blobs, meta={"name": name, "source": "pcompile.programs",
                                                               "backends": dynamo_entries.backend_ids(program)},
                             compiled=False)
         ev.outcome = "stored" if ok else "not stored"
@@ -384,13 +384,6 @@ def _flush_pending() -> None:
             _save(code_id, package)
         except Exception:
             pass
-    if os.environ.get("PCOMPILE_PROGRAMS_DEBUG") == "1":
-        import sys
-
-        from pcompile.compat import dynamo_entries, dynamo_package
-
-        print(f"pcompile: programs {snapshot()} still pending {len(_state.pending)} bypassed {dynamo_package.bypassed} "
-              f"missing backends {dynamo_entries.missing_backends()}", file=sys.stderr)
 
 
 def _count(what: str) -> None:

@@ -6,14 +6,12 @@ here must be the same on every rank and host that should share an artifact.
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Mapping
 
 from pcompile.keys import versions
+from pcompile.settings import TARGET_ARCH, TARGET_NAME
 
 FINGERPRINT_VERSION = "1"
-ENV_TARGET_ARCH = "PCOMPILE_TARGET_ARCH"
-ENV_TARGET_NAME = "PCOMPILE_TARGET_NAME"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,9 +23,9 @@ class Target:
 
     @staticmethod
     def current() -> "Target":
-        arch = os.environ.get(ENV_TARGET_ARCH)
+        arch = TARGET_ARCH.get()
         if arch:
-            return Target(arch, os.environ.get(ENV_TARGET_NAME, ""))
+            return Target(arch, TARGET_NAME.get())
         return _local_target()
 
 

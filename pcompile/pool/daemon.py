@@ -33,6 +33,7 @@ from pcompile.pool.paths import PoolPaths
 from pcompile.pool.scheduler import LongestFirstQueue
 from pcompile.pool.sizing import pool_size
 from pcompile.pool.slot import Job, WorkerSlot
+from pcompile.settings import POOL_WORKER
 
 log = logging.getLogger("pcompile.pool.daemon")
 
@@ -328,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     paths.ensure()
     # Inherited by the forkserver and so by every worker: a worker never starts pools of its
     # own, and a pcompile hook loaded into a worker (PCOMPILE=1) stays out of the way.
-    os.environ.update({"PCOMPILE_POOL_WORKER": "1", "TORCHINDUCTOR_COMPILE_THREADS": "1", "TORCH_WARM_POOL": "0", "PYTHONUNBUFFERED": "1"})
+    os.environ.update({POOL_WORKER.name: "1", "TORCHINDUCTOR_COMPILE_THREADS": "1", "TORCH_WARM_POOL": "0", "PYTHONUNBUFFERED": "1"})
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s daemon[{os.getpid()}] %(levelname)s %(message)s", stream=sys.stderr)
     if args.workers > 0:
         workers, reason = args.workers, "requested"

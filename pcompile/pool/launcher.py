@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from pcompile.pool import protocol
+from pcompile.settings import VDEV_PREFIX, WARM_PREFIX, WARM_SANDBOX_ACTIVE, WARMING
 from pcompile.pool.errors import PoolUnavailable
 from pcompile.pool.paths import PoolPaths
 
@@ -132,8 +133,14 @@ def daemon_env(base: Mapping[str, str]) -> dict[str, str]:
         if env.get("TRITON_LIBCUDA_PATH") in {str(Path(p).parent) for p in dropped}:
             env.pop("TRITON_LIBCUDA_PATH")
     for name in list(env):
-        if name.startswith("PCOMPILE_VDEV_") or name == "PCOMPILE_WARMING":
+        if name.startswith((VDEV_PREFIX, WARM_PREFIX)) or name == WARMING.name:
             env.pop(name)
+    # nor the warm's Python file redirect, which its child processes install from the PYTHONPATH
+    path = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and not p.rstrip("/").endswith("pcompile/warm/inherit")]
+    if path:
+        env["PYTHONPATH"] = os.pathsep.join(path)
+    else:
+        env.pop("PYTHONPATH", None)
     return env
 
 
@@ -189,6 +196,9 @@ def connect_or_start(cache_dir: Path | str, options: DaemonOptions | None = None
                 return connect(paths)
             except _NOT_LISTENING:
                 pass
+            if WARM_SANDBOX_ACTIVE.get() in ("namespace", "userns"):
+                raise PoolUnavailable("no daemon is started inside the warm's file sandbox (it would outlive the warm "
+                                      "in the sandbox's view); `pcompile warm` starts it beforehand")
             for _ in range(_SPAWN_ATTEMPTS):
                 try:
                     proc = spawn_daemon(cache_dir, paths, options)

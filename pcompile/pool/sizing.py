@@ -15,10 +15,10 @@ import math
 import os
 from pathlib import Path
 
-DEFAULT_MEM_PER_WORKER = int(1.5 * 1024**3)
+from pcompile.settings import POOL_MEM_PER_WORKER, POOL_WORKERS
+
+DEFAULT_MEM_PER_WORKER: int = POOL_MEM_PER_WORKER.default
 MAX_WORKERS = 32  # Inductor's own ceiling for compile_threads
-ENV_WORKERS = "PCOMPILE_POOL_WORKERS"
-ENV_MEM_PER_WORKER = "PCOMPILE_POOL_MEM_PER_WORKER"
 
 
 def _read(path: Path) -> str | None:
@@ -183,9 +183,9 @@ def pool_size(
     this machine: cgroup files under `cgroup_root`, sched_getaffinity, psutil.
     """
     if mem_per_worker is None:
-        mem_per_worker = int(float(os.environ.get(ENV_MEM_PER_WORKER) or DEFAULT_MEM_PER_WORKER))
-    if override is None and os.environ.get(ENV_WORKERS):
-        override = int(os.environ[ENV_WORKERS])
+        mem_per_worker = POOL_MEM_PER_WORKER.get()
+    if override is None:
+        override = POOL_WORKERS.get()
     affinity = affinity if affinity is not None else affinity_cpus()
     quota = cgroup_cpu_limit(cgroup_root, proc_cgroup)
     cpus, source = (float(affinity), "affinity") if quota is None or quota >= affinity else (quota, "cgroup cpu quota")
@@ -196,7 +196,7 @@ def pool_size(
         candidates = [m for m in (sys_mem, cg_mem) if m is not None]
         mem = min(candidates) if candidates else None
     if override is not None:
-        return PoolSize(max(1, int(override)), cpus, source, mem, mem_per_worker, f"{ENV_WORKERS}={override}")
+        return PoolSize(max(1, int(override)), cpus, source, mem, mem_per_worker, f"{POOL_WORKERS.name}={override}")
     by_cpu = max(1, math.floor(cpus + 1e-9))
     by_mem = max(1, mem // mem_per_worker) if mem is not None and mem_per_worker > 0 else by_cpu
     workers = max(1, min(by_cpu, by_mem, MAX_WORKERS))

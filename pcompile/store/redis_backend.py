@@ -19,21 +19,17 @@ PCOMPILE_REDIS_PASSWORD_FILE. rediss:// is TLS. `?prefix=NAME:` picks the key na
 from __future__ import annotations
 
 import json
-import os
 import random
 import urllib.parse
 from typing import Any, Iterator
 
 from pcompile.errors import PcompileError
 from pcompile.keys.key import Key
+from pcompile.settings import REDIS_CHUNK_BYTES, REDIS_PASSWORD, REDIS_PASSWORD_FILE, REDIS_USERNAME
 from pcompile.store.backend import RemoteBackend, redact
 
 DEFAULT_PREFIX = "pcompile:v1:"
-DEFAULT_CHUNK = 4 << 20
-ENV_USERNAME = "PCOMPILE_REDIS_USERNAME"
-ENV_PASSWORD = "PCOMPILE_REDIS_PASSWORD"
-ENV_PASSWORD_FILE = "PCOMPILE_REDIS_PASSWORD_FILE"
-ENV_CHUNK = "PCOMPILE_REDIS_CHUNK_BYTES"
+DEFAULT_CHUNK: int = REDIS_CHUNK_BYTES.default
 
 _INLINE = b"\x00"
 _CHUNKED = b"\x01"
@@ -69,8 +65,8 @@ class RedisBackend(RemoteBackend):
             "health_check_interval": 0,
             "decode_responses": False,
         }
-        if parts.username is None and os.environ.get(ENV_USERNAME):
-            kwargs["username"] = os.environ[ENV_USERNAME]
+        if parts.username is None and REDIS_USERNAME.get():
+            kwargs["username"] = REDIS_USERNAME.get()
         if parts.password is None:
             password = _password_from_env()
             if password is not None:
@@ -79,7 +75,7 @@ class RedisBackend(RemoteBackend):
             client = redis.Redis.from_url(clean, **kwargs)
         except ValueError as exc:
             raise PcompileError(f"PCOMPILE_REMOTE={redact(url)!r}: {exc}; use redis://[USER:PASS@]HOST:PORT/DB") from None
-        chunk = int(float(os.environ.get(ENV_CHUNK) or DEFAULT_CHUNK))
+        chunk = REDIS_CHUNK_BYTES.get()
         return RedisBackend(client, url, prefix=prefix, chunk_bytes=chunk)
 
     def location(self) -> str:
@@ -239,13 +235,13 @@ def _parse_head(body: bytes) -> dict[str, int] | None:
 
 
 def _password_from_env() -> str | None:
-    if os.environ.get(ENV_PASSWORD):
-        return os.environ[ENV_PASSWORD]
-    path = os.environ.get(ENV_PASSWORD_FILE)
+    if REDIS_PASSWORD.get():
+        return REDIS_PASSWORD.get()
+    path = REDIS_PASSWORD_FILE.get()
     if path:
         try:
             with open(path, encoding="utf-8") as fh:
                 return fh.read().strip()
         except OSError as exc:
-            raise PcompileError(f"{ENV_PASSWORD_FILE}={path}: cannot read it ({exc.strerror}); fix the path or its permissions") from None
+            raise PcompileError(f"{REDIS_PASSWORD_FILE.name}={path}: cannot read it ({exc.strerror}); fix the path or its permissions") from None
     return None

@@ -26,16 +26,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-import os
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from pcompile import settings as env
+from pcompile import warn
 from pcompile.config import Settings
-from pcompile.errors import CorruptEntryError, PcompileError
+from pcompile.errors import CorruptEntryError, PcompileError, RemoteUnavailable
 from pcompile.keys.key import Key
 from pcompile.store.background import BackgroundWriter, DeadlineExceeded, DeadlineRunner, at_exit, set_exit_flush_seconds
-from pcompile.store.backend import RemoteBackend, RemoteUnavailable, open_backend
+from pcompile.store.backend import RemoteBackend, open_backend
 from pcompile.store.breaker import CircuitBreaker
 from pcompile.store.entry import Entry, Manifest
 from pcompile.store.tier import Capabilities, Tier, TrustCheck
@@ -46,57 +47,35 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pcompile.store.remote")
 
-ENV_TIMEOUT = "PCOMPILE_REMOTE_TIMEOUT"
-ENV_BREAKER_FAILURES = "PCOMPILE_REMOTE_BREAKER_FAILURES"
-ENV_BREAKER_SECONDS = "PCOMPILE_REMOTE_BREAKER_SECONDS"
-ENV_QUEUE_ENTRIES = "PCOMPILE_REMOTE_QUEUE"
-ENV_QUEUE_BYTES = "PCOMPILE_REMOTE_QUEUE_BYTES"
-ENV_FLUSH_TIMEOUT = "PCOMPILE_REMOTE_FLUSH_TIMEOUT"
-ENV_MISS_TTL = "PCOMPILE_REMOTE_MISS_TTL"
-ENV_FETCH_WAIT = "PCOMPILE_REMOTE_FETCH_WAIT"
-ENV_MIN_RATE = "PCOMPILE_REMOTE_MIN_RATE"
-
-
-def _env_float(name: str, default: float, minimum: float = 0.0) -> float:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise PcompileError(f"{name}={raw!r} is not a number; set it to a number of seconds/items or unset it") from None
-    if value < minimum:
-        raise PcompileError(f"{name}={raw!r} is below the minimum {minimum:g}; raise it or unset it")
-    return value
 
 
 @dataclasses.dataclass(frozen=True)
 class RemoteOptions:
     """How the remote tier behaves under failure; every process of a job reads the same env."""
 
-    timeout: float = 2.0  # per network round trip, and the deadline a job may be stalled
-    breaker_failures: int = 3  # K: consecutive failures that open the breaker
-    breaker_seconds: float = 60.0  # T: how long the remote is skipped once open
-    queue_entries: int = 256
-    queue_bytes: int = 1 << 30
-    flush_seconds: float = 10.0  # exit waits at most this long for queued writes
-    miss_ttl: float = 5.0  # a remote miss is remembered this long per process
-    fetch_wait: float = 120.0  # longest a rank waits for a peer's fetch before giving up (a miss)
-    min_rate: float = 4 << 20  # bytes/s a chunk transfer may not fall below (its deadline allowance)
+    timeout: float = env.REMOTE_TIMEOUT.default  # per network round trip, and the deadline a job may be stalled
+    breaker_failures: int = env.REMOTE_BREAKER_FAILURES.default  # K: consecutive failures that open the breaker
+    breaker_seconds: float = env.REMOTE_BREAKER_SECONDS.default  # T: how long the remote is skipped once open
+    queue_entries: int = env.REMOTE_QUEUE.default
+    queue_bytes: int = env.REMOTE_QUEUE_BYTES.default
+    flush_seconds: float = env.REMOTE_FLUSH_TIMEOUT.default  # exit waits at most this long for queued writes
+    miss_ttl: float = env.REMOTE_MISS_TTL.default  # a remote miss is remembered this long per process
+    fetch_wait: float = env.REMOTE_FETCH_WAIT.default  # longest a rank waits for a peer's fetch (then a miss)
+    min_rate: float = env.REMOTE_MIN_RATE.default  # bytes/s a chunk transfer may not fall below (deadline allowance)
     io_threads: int = 4
 
     @staticmethod
     def from_env() -> "RemoteOptions":
         return RemoteOptions(
-            timeout=_env_float(ENV_TIMEOUT, 2.0, 0.01),
-            breaker_failures=int(_env_float(ENV_BREAKER_FAILURES, 3, 1)),
-            breaker_seconds=_env_float(ENV_BREAKER_SECONDS, 60.0),
-            queue_entries=int(_env_float(ENV_QUEUE_ENTRIES, 256, 1)),
-            queue_bytes=int(_env_float(ENV_QUEUE_BYTES, float(1 << 30), 1)),
-            flush_seconds=_env_float(ENV_FLUSH_TIMEOUT, 10.0),
-            miss_ttl=_env_float(ENV_MISS_TTL, 5.0),
-            fetch_wait=_env_float(ENV_FETCH_WAIT, 120.0),
-            min_rate=_env_float(ENV_MIN_RATE, float(4 << 20), 1024),
+            timeout=env.REMOTE_TIMEOUT.get(),
+            breaker_failures=env.REMOTE_BREAKER_FAILURES.get(),
+            breaker_seconds=env.REMOTE_BREAKER_SECONDS.get(),
+            queue_entries=env.REMOTE_QUEUE.get(),
+            queue_bytes=env.REMOTE_QUEUE_BYTES.get(),
+            flush_seconds=env.REMOTE_FLUSH_TIMEOUT.get(),
+            miss_ttl=env.REMOTE_MISS_TTL.get(),
+            fetch_wait=env.REMOTE_FETCH_WAIT.get(),
+            min_rate=env.REMOTE_MIN_RATE.get(),
         )
 
     def deadline(self, nbytes: int = 0) -> float:
@@ -130,7 +109,6 @@ class RemoteTier(Tier):
         self.counters: dict[str, float] = {}
         self._counters_lock = threading.Lock()
         self.stats: "Stats | None" = None
-        self._warned = False
         self._misses: dict[str, float] = {}
         self.capabilities = Capabilities(node_fetch_wait=options.fetch_wait)
         self.writer = BackgroundWriter(
@@ -181,11 +159,8 @@ class RemoteTier(Tier):
             self.stats.tier(self.name, **delta)
 
     def _warn(self, message: str) -> None:
-        with self._counters_lock:  # reader and writer threads may fail at the same moment
-            if self._warned:
-                return
-            self._warned = True
-        log.warning("%s", message)
+        """One warning per remote tier: after it the job carries on with its local tiers."""
+        warn.warn_once(f"remote-{id(self)}", message, logger=log)
 
     # -- the guarded round trip -------------------------------------------------------------
     def _warn_if_peer_opened(self) -> None:

@@ -29,11 +29,9 @@ from typing import Any, Iterator
 
 from pcompile.errors import PcompileError
 from pcompile.keys.key import LAYERS, Key
+from pcompile.settings import S3_ENDPOINT_URL, S3_REFRESH_DAYS, S3_REGION
 from pcompile.store.backend import RemoteBackend
 
-ENV_ENDPOINT = "PCOMPILE_S3_ENDPOINT_URL"
-ENV_REGION = "PCOMPILE_S3_REGION"
-ENV_REFRESH_DAYS = "PCOMPILE_S3_REFRESH_DAYS"
 PART_BYTES = 8 << 20  # >= S3's 5 MiB multipart minimum
 _MISSING = {"NoSuchKey", "404", "NotFound"}
 
@@ -48,7 +46,7 @@ class S3Backend(RemoteBackend):
         self.timeout = timeout
         self.endpoint_url = endpoint_url
         self.region = region
-        self.refresh_days = float(os.environ.get(ENV_REFRESH_DAYS) or 7)
+        self.refresh_days = S3_REFRESH_DAYS.get()
         self._client: Any = None
         self._client_pid = -1
         self._lock = threading.Lock()
@@ -66,8 +64,8 @@ class S3Backend(RemoteBackend):
             parts.netloc,
             parts.path,
             timeout=timeout,
-            endpoint_url=os.environ.get(ENV_ENDPOINT) or None,
-            region=os.environ.get(ENV_REGION) or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None,
+            endpoint_url=S3_ENDPOINT_URL.get(),
+            region=S3_REGION.get() or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None,
         )
 
     def location(self) -> str:

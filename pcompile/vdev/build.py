@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from pcompile import settings
 from pcompile.errors import PcompileError
 
 HERE = Path(__file__).parent
@@ -28,8 +29,6 @@ TABLE = HERE / "entry_points.txt"
 LIB_NAME = "libcuda.so.1"
 NVML_SOURCE = HERE / "vnvml.c"
 NVML_NAME = "libnvidia-ml.so.1"
-ENV_BUILD_DIR = "PCOMPILE_VDEV_DIR"
-ENV_SANITIZE = "PCOMPILE_VDEV_SANITIZE"
 SANITIZERS = {"": ["-O2"], "address": ["-O1", "-g", "-fsanitize=address", "-fno-omit-frame-pointer"]}
 #: written next to a sanitized build: which sanitizer runtime must be preloaded before it
 SANITIZE_MARK = "sanitize"
@@ -37,8 +36,9 @@ SANITIZE_MARK = "sanitize"
 
 def build_root() -> Path:
     """Per-user build dir: $PCOMPILE_VDEV_DIR, else $XDG_CACHE_HOME/pcompile-vdev."""
-    if os.environ.get(ENV_BUILD_DIR):
-        return Path(os.environ[ENV_BUILD_DIR]).expanduser()
+    chosen = settings.VDEV_DIR.get()
+    if chosen:
+        return Path(chosen)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "pcompile-vdev"
 
@@ -91,7 +91,7 @@ def sanitizer_runtime(sanitize: str, cc: str | None = None) -> str:
         out = subprocess.run([*(cc or find_compiler()).split(), f"-print-file-name={lib}"], capture_output=True, text=True)
         path = out.stdout.strip()
         if out.returncode != 0 or not os.path.isabs(path):
-            raise PcompileError(f"{cc or find_compiler()} has no {lib}; install the compiler's sanitizer runtime (e.g. libasan) or unset {ENV_SANITIZE}")
+            raise PcompileError(f"{cc or find_compiler()} has no {lib}; install the compiler's sanitizer runtime (e.g. libasan) or unset {settings.VDEV_SANITIZE.name}")
         paths.append(os.path.realpath(path))
     return ":".join(paths)
 
@@ -100,9 +100,10 @@ def library(force: bool = False, sanitize: str | None = None) -> Path:
     """Path of the built library, building it first if this source/compiler has none yet.
     `sanitize`: "address" for an AddressSanitizer build; None: $PCOMPILE_VDEV_SANITIZE, else none."""
     cc = find_compiler()
-    sanitize = os.environ.get(ENV_SANITIZE, "") if sanitize is None else sanitize
+    if sanitize is None:
+        sanitize = "" if settings.VDEV_SANITIZE.get() == "none" else settings.VDEV_SANITIZE.get()
     if sanitize not in SANITIZERS:
-        raise PcompileError(f"{ENV_SANITIZE}={sanitize!r} is not supported; use 'address' or leave it unset")
+        raise PcompileError(f"sanitize={sanitize!r} is not supported; use 'address' or None")
     final_dir = build_root() / source_key(cc, sanitize)
     lib = final_dir / LIB_NAME
     if lib.exists() and (final_dir / NVML_NAME).exists() and not force:

@@ -11,13 +11,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from pcompile import settings
 from pcompile.vdev.build import LIB_NAME, NVML_NAME, SANITIZE_MARK, build_root
 from pcompile.vdev.profile import DeviceProfile
 
-ENV_PROFILE = "PCOMPILE_VDEV_PROFILE"
-ENV_STRICT = "PCOMPILE_VDEV_STRICT"
-ENV_STATS = "PCOMPILE_VDEV_STATS"
-ENV_DEVICES = "PCOMPILE_VDEV_DEVICES"
 #: vcuda.c's MAX_DEVICES
 MAX_DEVICES = 64
 
@@ -32,7 +29,7 @@ def child_env(lib: Path, profile: DeviceProfile, workdir: Path, strict: bool, ba
     """
     env = dict(os.environ if base is None else base)
     if devices is None:
-        devices = int(env.get(ENV_DEVICES) or 1)
+        devices = settings.VDEV_DEVICES.get(env)
     if not 1 <= devices <= MAX_DEVICES:
         raise ValueError(f"the virtual device exposes 1 to {MAX_DEVICES} devices, not {devices}")
     flat = profile.write_flat(workdir / "vdev-profile.txt")
@@ -49,10 +46,10 @@ def child_env(lib: Path, profile: DeviceProfile, workdir: Path, strict: bool, ba
     # CUDA initialises, so both must describe the virtual devices (NVML is ours, vnvml.c).
     env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(devices))
     env.pop("CUDA_DEVICE_ORDER", None)
-    env[ENV_PROFILE] = str(flat)
-    env[ENV_STATS] = str(workdir / "vdev-stats.jsonl")
-    env[ENV_STRICT] = "1" if strict else "0"
-    env[ENV_DEVICES] = str(devices)
+    env[settings.VDEV_PROFILE.name] = str(flat)
+    env[settings.VDEV_STATS.name] = str(workdir / "vdev-stats.jsonl")
+    env[settings.VDEV_STRICT.name] = "1" if strict else "0"
+    env[settings.VDEV_DEVICES.name] = str(devices)
     # Triton links its driver helpers against "the" libcuda.so.1: make it ours, by directory.
     env["TRITON_LIBCUDA_PATH"] = str(lib.parent)
     env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "0"

@@ -28,8 +28,12 @@ How the script runs -- the mechanism, and why this one:
 - **Never a silent hang or crash** (watch.py): no progress for PCOMPILE_WARM_STALL_SECONDS stops
   the warm with every thread's Python stack; a crash is named by signal and script line; the
   script's exit status is passed through.
-- **The user's files are safe** (writes.py): saves of virtual tensors are skipped, and the
-  script's other file writes go to `<cache dir>/warm-runs/<time>-<script>/files/<path>`.
+- **The user's files are safe**: the child runs in a copy-on-write view of the whole file
+  system (sandbox.py, mounts.py: overlayfs in a private mount namespace; isolation.py picks the
+  mode and starts the node compile daemon outside it), so every write of the script and of every
+  process it starts lands in `<cache dir>/warm-runs/<time>-<script>/files/<path>`; where
+  namespaces are unavailable, a Python redirect (writes.py, paths.py, inherit/) does the same for
+  Python code. Saves of virtual tensors are skipped in both (writes.py).
 - **The host's GPUs never matter**: the child sees the virtual device(s) through CUDA, NVML and
   CUDA_VISIBLE_DEVICES alike, and no warm process initialises the host's driver.
 - **Compile modes**: GPU timings (max-autotune choices, fusion benchmarks) are not faked into the

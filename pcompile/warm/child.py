@@ -17,6 +17,8 @@ import traceback
 from pathlib import Path
 from typing import Any, Iterator
 
+from pcompile import settings
+
 EXIT_OK = 0
 EXIT_SCRIPT_ERROR = 3
 EXIT_UNSUPPORTED = 4
@@ -74,7 +76,7 @@ def _install_pcompile_backend() -> str:
         return "not available (stock Inductor caches only)"
     import pcompile
 
-    if os.environ.get("PCOMPILE_DISABLE") == "1":
+    if settings.DISABLE.get():
         return "disabled by PCOMPILE_DISABLE=1; stock Inductor caches only"
     try:
         ok = pcompile.install()
@@ -113,14 +115,14 @@ def _predict_winner(autotuner: Any, report: dict[str, Any]) -> bool:
     """File Inductor's no-benchmark choice for this kernel in pcompile's store (never raises)."""
     try:
         from pcompile import compat as inductor_compat
-        from pcompile.inductor import remote_backend
+        from pcompile.inductor import store_adapter
         from pcompile.compat import autotune_choice
 
         reason = inductor_compat.check("autotune_choice")
         if reason is not None:
             report["autotune_predict_error"] = reason
             return False
-        if autotune_choice.publish_prediction(autotuner, remote_backend.predicting):
+        if autotune_choice.publish_prediction(autotuner, store_adapter.predicting):
             return True
         name = getattr(getattr(autotuner, "fn", None), "__name__", "?")
         report.setdefault("autotune_not_predicted", {})[name] = autotune_choice.why_not(autotuner) or "?"
@@ -187,8 +189,8 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
     timings.keep_tuned_graphs_unpublished(on_unpublished)
     runtime.during_inductor_compile(strict.enter, strict.leave)
     runtime.normalize_graphs_before_inductor(normalize_placeholder_types)
-    if os.environ.get("PCOMPILE_AOT_KEY_DUMP"):
-        runtime.dump_aot_keys(os.environ["PCOMPILE_AOT_KEY_DUMP"])
+    if settings.AOT_KEY_DUMP.get():
+        runtime.dump_aot_keys(settings.AOT_KEY_DUMP.get())
     mode = fakes.new_fake_mode(reads.record)
     fakes.fake_scalar_reads(lambda t: getattr(t, "fake_mode", None) is mode, reads.read_fake)
     from pcompile.compat import warm_storage
@@ -202,16 +204,18 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
 
 
 def _protect_user_files(spec: dict[str, Any], mode: Any) -> Any:
-    """Redirect the script's writes (pcompile/warm/writes.py); returns the redirect state."""
+    """Skip saves of virtual tensors, and without a namespace sandbox (sandbox.py) redirect the
+    script's file writes in Python (pcompile/warm/writes.py); returns the state."""
     from pcompile.warm import writes
     from pcompile.compat.warm_fakes import is_fake
 
-    keep = [p for p in (os.environ.get("PCOMPILE_CACHE_DIR"), os.environ.get("PCOMPILE_SHARED_DIR"),
+    sandboxed = settings.WARM_SANDBOX_ACTIVE.get() in ("namespace", "userns")
+    keep = [p for p in (settings.CACHE_DIR.raw(), settings.SHARED_DIR.raw(),
                         os.environ.get("TORCHINDUCTOR_CACHE_DIR"), os.environ.get("TRITON_CACHE_DIR")) if p]
     keep.append(os.path.dirname(spec["report"]))  # the warm's own work dir
     user = [os.getcwd(), str(Path(spec["script"]).resolve().parent)]
-    w = writes.Writes(Path(spec["run_dir"]), keep, user, lambda t: is_fake(t) and t.fake_mode is mode)
-    writes.install(w)
+    w = writes.Writes(Path(spec["run_dir"]), keep, user, lambda t: is_fake(t) and t.fake_mode is mode, redirect=not sandboxed)
+    writes.install(w, None if sandboxed else settings.WARM_REDIRECT.raw())
     return w
 
 
@@ -289,7 +293,7 @@ def run(spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     report["caches_switched_on"] = compat.enable_graph_caches()
     mode = _adjust_torch(spec, report, strict)
 
-    progress_file = os.environ.get("PCOMPILE_WARM_PROGRESS")
+    progress_file = settings.WARM_PROGRESS.get()
 
     def on_step(k: int, elapsed: float) -> None:
         if progress_file:

@@ -127,12 +127,24 @@ def _reads_and_writes(r: dict[str, Any]) -> list[str]:
                    "(a branch on one may differ on the GPU):")
         for ln in rd.get("lines", [])[:8]:
             out.append(f"  {ln['file']}:{ln['line']}: {ln['count']}x {'/'.join(ln['how'])}  `{ln['source']}`")
+    sb = r.get("sandbox") or {}
+    if sb.get("mode") in ("namespace", "userns"):
+        ro = sb.get("readonly") or []
+        out.append(f"file sandbox: {sb['mode']} (copy-on-write overlay of the whole file system; pcompile's cache, /dev, /proc, /sys "
+                   f"passed through" + (f"; read-only: {', '.join(ro[:4])}" + (" ..." if len(ro) > 4 else "") if ro else "") + ")"
+                   + (f"; could not overlay: {', '.join(sb['failed'][:3])}" if sb.get("failed") else ""))
+    elif sb.get("mode") == "python":
+        why = "; ".join(sb.get("why_not") or [])
+        out.append(f"file sandbox: Python redirect (fallback{': ' + why if why else ''}); native code and non-Python "
+                   "child processes write for real")
     w = r.get("writes") or {}
     if w.get("n_skipped_saves"):
         out.append(f"skipped {w['n_skipped_saves']} saves of virtual tensors (placeholder weights are never written): "
                    + "; ".join(w["skipped_saves"][:3]))
     if w.get("n_redirected"):
         out.append(f"the script wrote {w['n_redirected']} paths; they went to {w['dir']}/<original path>, not to your files")
+    if w.get("n_deleted"):
+        out.append(f"the script deleted {w['n_deleted']} paths in its view (your files are still there): " + "; ".join(w["deleted"][:3]))
     if w.get("skipped_deletes"):
         out.append(f"skipped {len(w['skipped_deletes'])} deletions of your files: " + "; ".join(w["skipped_deletes"][:3]))
     return out

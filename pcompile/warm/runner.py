@@ -8,7 +8,6 @@ with the same pcompile settings, looks its graphs and kernels up exactly there.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -20,7 +19,9 @@ from typing import Any
 
 from pcompile.config import Settings
 from pcompile.errors import PcompileError
+from pcompile.settings import WARM_PROGRESS, WARMING
 from pcompile.vdev import build, preload
+from pcompile.warm import isolation
 from pcompile.vdev.profile import DeviceProfile, resolve
 
 LAYERS = ("fxgraph", "aotautograd", "triton")
@@ -205,9 +206,12 @@ def run_warm(opts: WarmOptions) -> WarmResult:
     inductor.mkdir(parents=True, exist_ok=True)
     ranks = warm_ranks(opts)
     run_dir = warm_run_dir(settings, script)
+    iso = isolation.choose(run_dir)
+    print(iso.notice(), file=sys.stderr, flush=True)
+    isolation.start_daemon_outside(iso, settings.cache_dir)
     before = snapshot(inductor)
     t0 = time.monotonic()
-    results = [_run_rank(opts, settings, profile, lib, script, run_dir, rank) for rank in ranks]
+    results = [_run_rank(opts, settings, profile, lib, script, run_dir, rank, iso) for rank in ranks]
     seconds = time.monotonic() - t0
     after = snapshot(inductor)
     rc, report, workers = results[0]
@@ -243,38 +247,52 @@ def warm_ranks(opts: WarmOptions) -> list[int]:
 
 
 def _run_rank(opts: WarmOptions, settings: Settings, profile: DeviceProfile, lib: Path, script: Path, run_dir: Path,
-              rank: int) -> tuple[int, dict[str, Any], list[dict[str, Any]]]:
+              rank: int, iso: isolation.Isolation) -> tuple[int, dict[str, Any], list[dict[str, Any]]]:
     """One warm child, as `rank` of the job: (exit code, its report, its workers' device stats)."""
     workdir = Path(tempfile.mkdtemp(prefix="pcompile-warm-"))
     try:
         # as many virtual devices as the job has local ranks: set_device(LOCAL_RANK) must work
-        base = dict(os.environ, PCOMPILE_VDEV_DEVICES=str(max(1, opts.world_size)))
-        env = preload.child_env(lib, profile, workdir, opts.strict, base=base)
+        env = preload.child_env(lib, profile, workdir, opts.strict, devices=max(1, opts.world_size))
         env.update(cache_env(settings))
-        env["PCOMPILE_WARMING"] = "1"
-        env["PCOMPILE_WARM_PROGRESS"] = str(workdir / "progress")
+        env[WARMING.name] = "1"
+        env[WARM_PROGRESS.name] = str(workdir / "progress")
         if opts.world_size:
             from pcompile.warm.fakepg import env_for
 
             env.update(env_for(opts.world_size, rank))
+        rank_dir = run_dir / f"rank{rank}" if opts.world_size else run_dir
+        rank_dir.mkdir(parents=True, exist_ok=True)
         spec = {"script": str(script.resolve()), "args": opts.script_args, "steps": opts.steps,
                 "world_size": opts.world_size, "rank": rank, "strict": opts.strict,
-                "report": str(workdir / "report.json"), "run_dir": str(run_dir / f"rank{rank}" if opts.world_size else run_dir)}
+                "report": str(workdir / "report.json"), "run_dir": str(rank_dir)}
         (workdir / "spec.json").write_text(json.dumps(spec))
-        proc = subprocess.Popen([sys.executable, "-m", "pcompile.warm.child", str(workdir / "spec.json")], env=env)
+        child = [sys.executable, "-m", "pcompile.warm.child", str(workdir / "spec.json")]
+        argv, env = isolation.command(iso, child, env, rank_dir, workdir, settings.cache_dir)
+        proc = subprocess.Popen(argv, env=env)  # the sandbox launcher execs the child: same process
         rc = _wait(proc, workdir, opts, settings, script)
         report_path = workdir / "report.json"
         if not report_path.exists():
+            rec = workdir / "sandbox.json"
+            if rec.exists() and json.loads(rec.read_text()).get("error"):
+                raise PcompileError(f"the {iso.mode} file sandbox could not be set up ({json.loads(rec.read_text())['error']}); "
+                                    f"set {sandbox_env()}=python to warm with the Python redirect instead")
             from pcompile.warm import watch
 
             stacks = (workdir / "stacks").read_text(errors="replace") if (workdir / "stacks").exists() else ""
             raise watch.crashed(rc, stacks, str(script.resolve()))
         report = json.loads(report_path.read_text())
+        isolation.collect(iso, report, workdir, rank_dir)
         workers = [s for s in preload.read_stats_file(workdir / "vdev-stats.jsonl") if s.get("pid") != report.get("vdev", {}).get("pid")]
         return rc, report, workers
     finally:
         if not opts.keep_workdir:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def sandbox_env() -> str:
+    from pcompile.warm.sandbox import ENV_MODE
+
+    return ENV_MODE
 
 
 def lines(result: WarmResult, check: bool = False) -> list[str]:

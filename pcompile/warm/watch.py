@@ -31,9 +31,8 @@ from pathlib import Path
 from typing import Callable
 
 from pcompile.errors import PcompileError
+from pcompile.settings import WARM_STALL_SECONDS
 
-ENV_STALL = "PCOMPILE_WARM_STALL_SECONDS"
-DEFAULT_STALL_SECONDS = 300.0
 STACK_SIGNAL = signal.SIGRTMIN + 7  # not SIGUSR1/2: training frameworks (Lightning on SLURM) use those
 EXIT_STALLED = 124  # as timeout(1): the command was stopped, not failed by itself
 CPU_BUSY_FRACTION = 0.02  # less CPU than this share of one core over the window counts as idle
@@ -52,21 +51,8 @@ class WarmCrashed(PcompileError):
 
 
 def stall_seconds() -> float:
-    """PCOMPILE_WARM_STALL_SECONDS, or the default with a one-line notice when it is not a number."""
-    raw = os.environ.get(ENV_STALL, "").strip()
-    if not raw:
-        return DEFAULT_STALL_SECONDS
-    try:
-        value = float(raw)
-        if value < 0:
-            raise ValueError
-        return value
-    except ValueError:
-        import sys
-
-        sys.stderr.write(f"pcompile warm: {ENV_STALL}={raw!r} is not a number of seconds (0 = never); "
-                         f"using {DEFAULT_STALL_SECONDS:.0f}\n")
-        return DEFAULT_STALL_SECONDS
+    """PCOMPILE_WARM_STALL_SECONDS (the settings registry reports a bad value in one line)."""
+    return float(WARM_STALL_SECONDS.get())
 
 
 def _children_map() -> dict[int, list[int]]:
@@ -207,7 +193,7 @@ class Watch:
                 + ". Every thread's Python stack follows. The script is waiting on something a warm does not "
                   "provide (a lock held by another process, a network peer, input on stdin, a child process): make it "
                   "skip that wait when pcompile.warming() is true, or, if it is only slow, raise "
-                  f"{ENV_STALL} (now {self.stall_seconds:.0f}; 0 = never)\n" + _indent(stacks))
+                  f"{WARM_STALL_SECONDS.name} (now {self.stall_seconds:.0f}; 0 = never)\n" + _indent(stacks))
 
 
 def _indent(text: str) -> str:

@@ -1,26 +1,31 @@
-"""Nothing the user owns is harmed by a warm: the script's file writes go to a side directory.
+"""Nothing the user owns is harmed by a warm: saves of virtual tensors are skipped, and (fallback
+only) the script's file writes are redirected by patching Python.
 
-A warm runs the user's unchanged script, which saves checkpoints, appends to logs and rotates old
-checkpoints away. Its CUDA values are placeholders (zeros), so none of that may land on the user's
-files. What this does, in the warm process only:
+Two layers:
 
-- `torch.save` / `safetensors.torch.save_file|save_model` of anything holding a virtual tensor is
-  skipped and counted (a checkpoint of placeholder weights is worthless and could overwrite a
-  real one); where it named a path, a one-line stub stands in for it in the run dir, so the
-  script's rename/link of the fresh checkpoint still works.
-- Every other write through Python -- `open()` for writing, `os.open` with write flags,
-  `os.makedirs`/`mkdir`, `os.rename`/`replace`/`link`/`symlink`, `os.remove`/`unlink`, `shutil.rmtree` -- is
-  redirected to `<run dir>/files/<absolute original path>`, and later reads of such a path read
-  the redirected copy, so a script that writes then reads its own files still works. Deleting a
-  file that exists only in the user's tree is skipped. The report prints the run dir.
-- Left alone: pcompile's cache dirs, /dev, /proc, /sys, the run dir, and temp dirs (/tmp, ...)
-  except where they hold the script's own directory or the working directory.
-
-Native code that opens files by path itself (other than the two savers above) is not redirected.
+- Always: `torch.save` / `safetensors.torch.save_file|save_model` of anything holding a virtual
+  tensor is skipped and counted (a checkpoint of placeholder weights is worthless and could
+  overwrite a real one); where it named a path, a one-line stub stands in for the file, so the
+  script's rename/link of the fresh checkpoint still works. In a namespace sandbox (sandbox.py,
+  the default where the kernel allows it) the stub is written at the original path, which the
+  sandbox's overlay already keeps out of the user's tree.
+- Fallback (`PCOMPILE_WARM_SANDBOX=python`, or no namespaces here): paths.py patches Python's
+  file functions so writes, moves and deletes go to `<run dir>/files/<absolute original path>`,
+  deletions are recorded as whiteouts (`<run dir>/whiteouts/<path>`), and every path query
+  (stat/exists/isdir, listdir/scandir/glob/iterdir/walk, statvfs/disk_usage, access) consults
+  the redirect first, so the script sees its own writes, listings, mkdirs, renames, chmods and
+  deletes. Child processes started by multiprocessing (spawn/forkserver) or subprocess inherit
+  it when they are Python (isolation.py puts inherit/sitecustomize.py on their PYTHONPATH).
+  Left alone: pcompile's cache dirs, /dev, /proc, /sys, the run dir, and temp dirs (/tmp, ...)
+  except where they hold the script's own directory or the working directory. Not covered:
+  native code that opens files by path itself (C extensions other than safetensors, torch.save
+  in a child process), non-Python child processes, dir_fd-relative calls; the warm says so in a
+  one-line notice at its start.
 """
 from __future__ import annotations
 
 import builtins
+import contextlib
 import io
 import os
 import pickle
@@ -29,7 +34,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from pcompile.warm import reads
 
@@ -64,10 +69,15 @@ _tls = threading.local()
 
 
 class Writes:
-    """The redirect state of one warm process (see the module docstring)."""
+    """The redirect state of one warm process (see the module docstring). With redirect=False (a
+    namespace sandbox keeps the files) only the saves of virtual tensors are handled here."""
 
-    def __init__(self, run_dir: Path, keep: list[str], user: list[str], is_virtual: Callable[[Any], bool]) -> None:
+    def __init__(self, run_dir: Path, keep: list[str], user: list[str], is_virtual: Callable[[Any], bool],
+                 redirect: bool = True) -> None:
+        self.run_dir = run_dir
         self.files = run_dir / "files"
+        self.whiteouts = run_dir / "whiteouts"
+        self.redirect = redirect
         self.keep = [os.path.realpath(k) for k in keep + [str(run_dir), "/dev", "/proc", "/sys"]]
         self.temp = [os.path.realpath(k) for k in (tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm")]
         self.user = [os.path.realpath(u) for u in user]
@@ -77,6 +87,7 @@ class Writes:
         self.skipped_saves: list[str] = []
         self.skipped_deletes: list[str] = []
         self._lock = threading.Lock()
+        self._resolved: dict[str, str] = {}  # directory -> its realpath (symlinked dirs into kept ones)
 
     # ---------------------------------------------------------------- path mapping
     def _kept(self, real: str) -> bool:
@@ -85,27 +96,112 @@ class Writes:
             return True
         return _under(real, self.temp) and not _under(real, self.user)
 
+    def kept(self, path: Any) -> bool:
+        """Not redirected: not a path, or one of the dirs above (decided on the absolute path, then the real one)."""
+        if not self.redirect or isinstance(path, int) or not isinstance(path, (str, bytes, os.PathLike)):
+            return True
+        with guard():
+            real = os.path.abspath(os.fsdecode(os.fspath(path)))
+            if self._kept(real):
+                return True
+            head, tail = os.path.split(real)
+            resolved = self._resolved.get(head)
+            if resolved is None:
+                resolved = self._resolved[head] = os.path.realpath(head)
+                if len(self._resolved) > 4096:
+                    self._resolved.clear()
+            return self._kept(os.path.join(resolved, tail))
+
+    def mapped(self, path: Any) -> str:
+        return str(self.files) + os.path.abspath(os.fsdecode(os.fspath(path)))
+
     def target(self, path: Any) -> Any:
         """Where a write to `path` goes (unchanged for kept paths and non-path arguments)."""
-        if isinstance(path, int) or not isinstance(path, (str, bytes, os.PathLike)):
+        if self.kept(path):
             return path
-        raw = os.fsdecode(os.fspath(path))
-        real = os.path.abspath(raw)
-        if self._kept(os.path.realpath(real)):
-            return path
-        mapped = str(self.files) + real
-        os.makedirs(os.path.dirname(mapped), exist_ok=True)
-        with self._lock:
-            self.redirected.add(real)
-        return mapped
+        with guard():
+            real = os.path.abspath(os.fsdecode(os.fspath(path)))
+            mapped = str(self.files) + real
+            os.makedirs(os.path.dirname(mapped), exist_ok=True)
+            self.unhide(real)
+            with self._lock:
+                self.redirected.add(real)
+            return mapped
 
     def source(self, path: Any) -> Any:
-        """Where a read of `path` comes from: the redirected copy if the script wrote one."""
-        if isinstance(path, int) or not isinstance(path, (str, bytes, os.PathLike)):
+        """Where a read of `path` comes from: the redirected copy if the script wrote one; a
+        path it deleted reads from the (absent) redirected copy, so it is not found."""
+        if self.kept(path):
             return path
-        real = os.path.abspath(os.fsdecode(os.fspath(path)))
-        mapped = str(self.files) + real
-        return mapped if os.path.lexists(mapped) else path
+        with guard():
+            real = os.path.abspath(os.fsdecode(os.fspath(path)))
+            mapped = str(self.files) + real
+            return mapped if os.path.lexists(mapped) or self.hidden(real) else path
+
+    # ---------------------------------------------------------------- deletions (whiteouts)
+    def hidden(self, real: str) -> bool:
+        """The script deleted `real` (or a directory above it, or recreated one above it empty)."""
+        with guard():
+            if not os.path.isdir(self.whiteouts):
+                return False
+            anc = real
+            while True:
+                marker = str(self.whiteouts) + anc
+                if os.path.isfile(marker) or (anc != real and os.path.isfile(os.path.join(marker, ".opaque"))):
+                    return True
+                if anc == "/":
+                    return False
+                anc = os.path.dirname(anc)
+
+    def opaque(self, real: str) -> bool:
+        with guard():
+            return os.path.isfile(str(self.whiteouts) + real + "/.opaque")
+
+    def hide(self, real: str, what: str) -> None:
+        with guard():
+            marker = str(self.whiteouts) + real
+            if os.path.isdir(marker):
+                shutil.rmtree(marker)
+            os.makedirs(os.path.dirname(marker), exist_ok=True)
+            open(marker, "w").close()
+            with self._lock:
+                self.skipped_deletes.append(f"{what} {real}")
+
+    def unhide(self, real: str) -> None:
+        """A deleted path written again: a file marker goes; a directory comes back empty (opaque)."""
+        with guard():
+            marker = str(self.whiteouts) + real
+            if os.path.isfile(marker):
+                os.unlink(marker)
+                if os.path.isdir(real):
+                    os.makedirs(marker, exist_ok=True)
+                    open(os.path.join(marker, ".opaque"), "w").close()
+
+    def visible(self, path: Any) -> bool:
+        """`path` exists in the script's view (its redirected copy, or the user's file not deleted)."""
+        with guard():
+            real = os.path.abspath(os.fsdecode(os.fspath(path)))
+            return os.path.lexists(str(self.files) + real) or (os.path.lexists(real) and not self.hidden(real))
+
+    def copy_up(self, path: Any) -> None:
+        """Before an in-place change (append, r+, chmod, utime): copy the user's file to the redirect."""
+        if self.kept(path):
+            return
+        with guard():
+            real = os.path.abspath(os.fsdecode(os.fspath(path)))
+            mapped = str(self.files) + real
+            if os.path.lexists(mapped) or not os.path.lexists(real) or self.hidden(real):
+                return
+            os.makedirs(os.path.dirname(mapped), exist_ok=True)
+            if os.path.islink(real):
+                os.symlink(os.readlink(real), mapped)
+            elif os.path.isdir(real):
+                os.mkdir(mapped)
+                shutil.copymode(real, mapped)
+            else:
+                shutil.copy2(real, mapped)
+            with self._lock:
+                self.redirected.add(real)
 
     # ---------------------------------------------------------------- virtual tensors in a save
     def holds_virtual(self, obj: Any) -> bool:
@@ -132,20 +228,35 @@ class Writes:
         return found
 
     def skip_save(self, what: str, dest: Any, write: Callable[[Any, bytes], None]) -> None:
-        """Count the skipped save; a path gets a small stub in the run dir, so the script's next
-        move of it (save to tmp, then rename to last.pth, link to best.pth) still finds a file."""
+        """Count the skipped save; a path gets a small stub in the run dir (or, in a namespace
+        sandbox, at its path), so the script's next move of it (save to tmp, then rename to
+        last.pth, link to best.pth) still finds a file."""
         site = reads.user_site()
         with self._lock:
             self.skipped_saves.append(f"{site[0]}:{site[1]} {what}({os.fspath(dest) if isinstance(dest, (str, os.PathLike)) else type(dest).__name__})")
         if isinstance(dest, (str, os.PathLike)):  # never over a file outside the run dir and the script's own temp dirs
             mapped = self.target(dest)
-            if mapped is not dest or _under(os.path.realpath(os.fsdecode(os.fspath(dest))), self.made_temp):
+            if not self.redirect or mapped is not dest or _under(os.path.realpath(os.fsdecode(os.fspath(dest))), self.made_temp):
                 write(mapped, STUB)
 
     def summary(self) -> dict[str, Any]:
         return {"dir": str(self.files), "redirected": sorted(self.redirected)[:50], "n_redirected": len(self.redirected),
                 "skipped_saves": self.skipped_saves[:50], "n_skipped_saves": len(self.skipped_saves),
                 "skipped_deletes": self.skipped_deletes[:50]}
+
+
+@contextlib.contextmanager
+def guard() -> Iterator[None]:
+    """Inside: the patched functions (paths.py) act as the originals (our own bookkeeping)."""
+    _tls.bypass = getattr(_tls, "bypass", 0) + 1
+    try:
+        yield
+    finally:
+        _tls.bypass -= 1
+
+
+def guarded() -> bool:
+    return bool(getattr(_tls, "bypass", 0))
 
 
 def _under(path: str, roots: list[str]) -> bool:
@@ -164,67 +275,27 @@ def _write_mode(mode: str) -> bool:
     return any(c in mode for c in "wax+")
 
 
-def install(w: Writes) -> None:
-    """Wrap the process's write paths (see the module docstring)."""
+def install(w: Writes, state: str | None = None) -> None:
+    """Skip saves of virtual tensors; with w.redirect, also patch the file functions (paths.py)
+    and, given `state`, share the redirect with child processes through that file."""
+    if w.redirect:
+        from pcompile.warm import paths
+
+        paths.install(w, state)
+        if state:
+            paths.share(w, state)
+    if "torch" in sys.modules or w.redirect is False:
+        _wrap_torch_save(w)
+        _wrap_safetensors(w)
+
+
+def _wrap_torch_save(w: Writes) -> None:
     import torch
 
-    o_open, o_osopen = builtins.open, os.open
-    o_makedirs, o_mkdir = os.makedirs, os.mkdir
-    o_rename, o_replace, o_remove, o_unlink, o_rmtree = os.rename, os.replace, os.remove, os.unlink, shutil.rmtree
-    o_link, o_symlink = os.link, os.symlink
     o_save = torch.save
 
-    def open_(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
-        if _ours():
-            return o_open(file, mode, *args, **kwargs)
-        return o_open(w.target(file) if _write_mode(mode) else w.source(file), mode, *args, **kwargs)
-
-    def osopen(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
-        if kwargs.get("dir_fd") is not None or (len(args) > 1 and args[1] is not None) or _ours():
-            return o_osopen(path, flags, *args, **kwargs)
-        return o_osopen(w.target(path) if flags & _WRITE_FLAGS else w.source(path), flags, *args, **kwargs)
-
-    def makedirs(name: Any, mode: int = 0o777, exist_ok: bool = False) -> None:
-        if _ours():  # and so are the mkdir calls it makes
-            _tls.bypass = getattr(_tls, "bypass", 0) + 1
-            try:
-                return o_makedirs(name, mode, exist_ok)
-            finally:
-                _tls.bypass -= 1
-        return o_makedirs(w.target(name), mode, exist_ok)
-
-    def mkdir(path: Any, mode: int = 0o777, *, dir_fd: Any = None) -> None:
-        return o_mkdir(path if dir_fd is not None or _ours() else w.target(path), mode, dir_fd=dir_fd)
-
-    o_mkdtemp = tempfile.mkdtemp
-
-    def mkdtemp(*args: Any, **kwargs: Any) -> Any:
-        made = o_mkdtemp(*args, **kwargs)
-        w.made_temp.append(os.path.realpath(os.fsdecode(made)))
-        return made
-
-    def moved(original: Callable[..., Any]) -> Callable[..., Any]:
-        def move(src: Any, dst: Any, *args: Any, **kwargs: Any) -> Any:
-            if args or kwargs:
-                return original(src, dst, *args, **kwargs)
-            return original(w.source(src), w.target(dst))
-
-        return move
-
-    def deleted(original: Callable[..., Any], what: str) -> Callable[..., Any]:
-        def delete(path: Any, *args: Any, **kwargs: Any) -> Any:
-            if kwargs.get("dir_fd") is not None or isinstance(path, int):
-                return original(path, *args, **kwargs)
-            src = w.source(path)
-            if src is path and not w._kept(os.path.realpath(os.fsdecode(os.fspath(path)))):
-                w.skipped_deletes.append(f"{what} {os.fsdecode(os.fspath(path))}")
-                return None
-            return original(src, *args, **kwargs)
-
-        return delete
-
     def stub(path: Any, data: bytes) -> None:
-        with o_open(path, "wb") as fh:
+        with builtins.open(path, "wb") as fh:
             fh.write(data)
 
     def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> None:
@@ -233,16 +304,7 @@ def install(w: Writes) -> None:
             return None
         return o_save(obj, w.target(f) if isinstance(f, (str, os.PathLike)) else f, *args, **kwargs)
 
-    builtins.open = io.open = open_  # type: ignore[assignment]
-    os.open = osopen  # type: ignore[assignment]
-    os.makedirs, os.mkdir = makedirs, mkdir  # type: ignore[assignment]
-    tempfile.mkdtemp = mkdtemp  # type: ignore[assignment]
-    os.rename, os.replace = moved(o_rename), moved(o_replace)  # type: ignore[assignment]
-    os.link, os.symlink = moved(o_link), moved(o_symlink)  # type: ignore[assignment]
-    os.remove, os.unlink = deleted(o_remove, "os.remove"), deleted(o_unlink, "os.unlink")  # type: ignore[assignment]
-    shutil.rmtree = deleted(o_rmtree, "shutil.rmtree")  # type: ignore[assignment]
     torch.save = save  # type: ignore[assignment]
-    _wrap_safetensors(w)
 
 
 def _write_stub(path: Any, data: bytes) -> None:

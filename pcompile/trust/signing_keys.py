@@ -23,13 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from pcompile.errors import PcompileError
+from pcompile.settings import HMAC_KEY, HMAC_KEY_FILE, SIGNING_KEY_FILE, VERIFY_KEY_FILE
 
 log = logging.getLogger("pcompile.trust")
 
-ENV_HMAC_KEY = "PCOMPILE_HMAC_KEY"
-ENV_HMAC_KEY_FILE = "PCOMPILE_HMAC_KEY_FILE"
-ENV_SIGNING_KEY_FILE = "PCOMPILE_SIGNING_KEY_FILE"
-ENV_VERIFY_KEY_FILE = "PCOMPILE_VERIFY_KEY_FILE"
 MIN_HMAC_BYTES = 16
 
 
@@ -92,12 +89,12 @@ def _read_secret_file(path: str, what: str) -> bytes:
 
 def load_hmac() -> HmacKey | None:
     raw: bytes | None = None
-    if os.environ.get(ENV_HMAC_KEY):
-        raw = os.environ[ENV_HMAC_KEY].encode()
-        where = ENV_HMAC_KEY
-    elif os.environ.get(ENV_HMAC_KEY_FILE):
-        where = f"{ENV_HMAC_KEY_FILE}={os.environ[ENV_HMAC_KEY_FILE]}"
-        raw = _read_secret_file(os.environ[ENV_HMAC_KEY_FILE], ENV_HMAC_KEY_FILE).strip()
+    if HMAC_KEY.get():
+        raw = HMAC_KEY.get().encode()
+        where = HMAC_KEY.name
+    elif HMAC_KEY_FILE.get():
+        where = f"{HMAC_KEY_FILE.name}={HMAC_KEY_FILE.get()}"
+        raw = _read_secret_file(HMAC_KEY_FILE.get(), HMAC_KEY_FILE.name).strip()
     if raw is None:
         return None
     if len(raw) < MIN_HMAC_BYTES:
@@ -106,28 +103,28 @@ def load_hmac() -> HmacKey | None:
 
 
 def load_signing_key() -> Ed25519Private | None:
-    path = os.environ.get(ENV_SIGNING_KEY_FILE)
+    path = SIGNING_KEY_FILE.get()
     if not path:
         return None
     _crypto()
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    data = _read_secret_file(path, ENV_SIGNING_KEY_FILE)
+    data = _read_secret_file(path, SIGNING_KEY_FILE.name)
     try:
         if data.lstrip().startswith(b"-----BEGIN OPENSSH PRIVATE KEY"):
             key = serialization.load_ssh_private_key(data, password=None)
         else:
             key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError) as exc:
-        raise PcompileError(f"{ENV_SIGNING_KEY_FILE}={path}: not an unencrypted PEM/OpenSSH private key ({exc}); create one with `pcompile keygen`") from None
+        raise PcompileError(f"{SIGNING_KEY_FILE.name}={path}: not an unencrypted PEM/OpenSSH private key ({exc}); create one with `pcompile keygen`") from None
     if not isinstance(key, Ed25519PrivateKey):
-        raise PcompileError(f"{ENV_SIGNING_KEY_FILE}={path}: a {type(key).__name__}, pcompile signs with ed25519 keys; create one with `pcompile keygen`")
+        raise PcompileError(f"{SIGNING_KEY_FILE.name}={path}: a {type(key).__name__}, pcompile signs with ed25519 keys; create one with `pcompile keygen`")
     return Ed25519Private(key)
 
 
 def load_verify_keys() -> list[Ed25519Public]:
-    spec = os.environ.get(ENV_VERIFY_KEY_FILE)
+    spec = VERIFY_KEY_FILE.get()
     if not spec:
         return []
     _crypto()
@@ -136,10 +133,10 @@ def load_verify_keys() -> list[Ed25519Public]:
         try:
             data = Path(path).read_bytes()
         except OSError as exc:
-            raise PcompileError(f"{ENV_VERIFY_KEY_FILE}: cannot read {path} ({exc.strerror}); fix the path") from None
+            raise PcompileError(f"{VERIFY_KEY_FILE.name}: cannot read {path} ({exc.strerror}); fix the path") from None
         found = parse_public_keys(data, path)
         if not found:
-            raise PcompileError(f"{ENV_VERIFY_KEY_FILE}: {path} holds no ed25519 public key (PEM or OpenSSH); create one with `pcompile keygen`")
+            raise PcompileError(f"{VERIFY_KEY_FILE.name}: {path} holds no ed25519 public key (PEM or OpenSSH); create one with `pcompile keygen`")
         keys.extend(found)
     return keys
 
@@ -165,9 +162,9 @@ def parse_public_keys(data: bytes, where: str) -> list[Ed25519Public]:
             else:
                 key = serialization.load_pem_public_key(block)
         except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
-            raise PcompileError(f"{ENV_VERIFY_KEY_FILE}: {where} has an unreadable public key ({exc})") from None
+            raise PcompileError(f"{VERIFY_KEY_FILE.name}: {where} has an unreadable public key ({exc})") from None
         if not isinstance(key, Ed25519PublicKey):
-            raise PcompileError(f"{ENV_VERIFY_KEY_FILE}: {where} holds a {type(key).__name__}; pcompile verifies ed25519 keys")
+            raise PcompileError(f"{VERIFY_KEY_FILE.name}: {where} holds a {type(key).__name__}; pcompile verifies ed25519 keys")
         out.append(Ed25519Public(key))
     return out
 

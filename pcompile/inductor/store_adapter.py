@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import threading
 from typing import Any, Iterator
 
-from pcompile.inductor import flight
+from pcompile.inductor import store_gateway
+from pcompile.settings import AUTOTUNE
 from pcompile.thread_flags import raised
 from pcompile.compat import remote_cache as compat
 
@@ -40,21 +40,12 @@ _LAYERS: dict[str, tuple[str, bool]] = {
 BLOB = "value"
 _classes: dict[str, type] = {}
 
-ENV_AUTOTUNE = "PCOMPILE_AUTOTUNE"
-AUTOTUNE_POLICIES = ("predicted", "benchmark")
 _tls = threading.local()
 
 
 def autotune_policy() -> str:
     """PCOMPILE_AUTOTUNE: whether a missing measured winner may be replaced by a warm's prediction."""
-    raw = (os.environ.get(ENV_AUTOTUNE) or "predicted").strip().lower()
-    if raw not in AUTOTUNE_POLICIES:
-        from pcompile.compat.gate import warn_once
-
-        warn_once("autotune-policy", f"pcompile: {ENV_AUTOTUNE}={raw!r} is not one of {', '.join(AUTOTUNE_POLICIES)}; "
-                  "using 'predicted'")
-        return "predicted"
-    return raw
+    return str(AUTOTUNE.get())
 
 
 @contextlib.contextmanager
@@ -67,7 +58,7 @@ def predicting() -> Iterator[None]:
 def _predicted_lookup(key: str) -> bytes | None:
     if autotune_policy() != "predicted":
         return None
-    entry = flight.lookup("autotune_predicted", key, single_flight=False, stats_layer="autotune-predicted")
+    entry = store_gateway.lookup("autotune_predicted", key, single_flight=False, stats_layer="autotune-predicted")
     return None if entry is None else entry.blobs.get(BLOB)
 
 
@@ -91,7 +82,7 @@ def backend_class(layer: str) -> type:
     base = compat.backend_base()
 
     def _get(self: Any, key: str) -> bytes | None:
-        entry = flight.lookup(kind, key, single_flight=single_flight)
+        entry = store_gateway.lookup(kind, key, single_flight=single_flight)
         if entry is None:
             return _predicted_lookup(key) if layer == "autotune" else None
         return entry.blobs.get(BLOB)
@@ -103,10 +94,10 @@ def backend_class(layer: str) -> type:
             return  # torch's serde always gives bytes; anything else is not ours to store
         data = bytes(data)
         if layer == "autotune" and getattr(_tls, "predicting", False):
-            flight.publish("autotune_predicted", key, {BLOB: data}, compiled=False,
+            store_gateway.publish("autotune_predicted", key, {BLOB: data}, compiled=False,
                            meta={"inductor_key": key, "source": "pcompile.warm.predicted", "predicted": True})
             return
-        flight.publish(kind, key, {BLOB: data}, meta={"inductor_key": key, "source": f"inductor.{layer}"},
+        store_gateway.publish(kind, key, {BLOB: data}, meta={"inductor_key": key, "source": f"inductor.{layer}"},
                        compile_seconds=_time_taken(data))
 
     name = "Pcompile" + "".join(part.title() for part in layer.split("_")) + "Backend"

@@ -1,0 +1,476 @@
+"""Every `PCOMPILE_*` environment variable, declared once: name, type, default, one-line doc.
+
+Why one registry: every process of a job (ranks, pool workers, the warm child) takes its settings
+from the environment it inherits, so a variable read in one module must mean the same in all of
+them; and a typo in one must never fail a training job. A bad value gives one line on stderr
+(`pcompile: PCOMPILE_MAX_BYTES='abc' is not a size (like 20G); using the default 10G`) once per
+job, and the default. Sizes take suffixes everywhere (`20G`, `512M`, `1.5GiB`, binary units).
+
+Reads are cheap and honour changes to os.environ (tests change it): `Var.get()` looks the variable
+up on every call and parses only when its text changed. Only this module reads `PCOMPILE_*`
+variables (tests/test_settings.py checks the package's source); the README's Settings table is
+generated from the public ones (tools/settings_table.py). Internal variables are the ones pcompile
+sets for its own child processes, or that tests and diagnostics use.
+
+Ground floor: imports nothing from pcompile.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+import sys
+import threading
+import zlib
+from typing import Any, ClassVar, Iterator, Mapping
+
+# ---- types: one parser each; parse() raises ValueError("is not ...") for text it cannot use ----
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    """How a variable's text becomes a value, and how a value reads in messages and the README."""
+
+    what: ClassVar[str] = "text"  # "a size (like 20G)": completes "PCOMPILE_X='abc' is not ..."
+
+    def parse(self, raw: str) -> Any:
+        return raw
+
+    def show(self, value: Any) -> str:
+        return str(value)
+
+
+_ON = {"1", "true", "yes", "on"}
+_OFF = {"0", "false", "no", "off"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Bool(Kind):
+    what: ClassVar[str] = "on or off (1/0, true/false, yes/no, on/off)"
+
+    def parse(self, raw: str) -> bool:
+        low = raw.strip().lower()
+        if low in _ON:
+            return True
+        if low in _OFF:
+            return False
+        raise ValueError(f"is not {self.what}")
+
+    def show(self, value: Any) -> str:
+        return "1" if value else "0"
+
+
+@dataclasses.dataclass(frozen=True)
+class Bounded(Kind):
+    """A numeric kind with optional bounds; `_value` turns text into a number or raises."""
+
+    minimum: float | None = None
+    maximum: float | None = None
+
+    def parse(self, raw: str) -> Any:
+        value = self._value(raw)
+        if self.minimum is not None and value < self.minimum:
+            raise ValueError(f"is below the minimum {self.show(self.minimum)}")
+        if self.maximum is not None and value > self.maximum:
+            raise ValueError(f"is above the maximum {self.show(self.maximum)}")
+        return value
+
+    def _value(self, raw: str) -> Any:
+        raise NotImplementedError
+
+
+@dataclasses.dataclass(frozen=True)
+class Float(Bounded):
+    what: ClassVar[str] = "a number"
+
+    def _value(self, raw: str) -> float:
+        try:
+            value = float(raw.strip())
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or not self._fits(value):
+            raise ValueError(f"is not {self.what}")
+        return value
+
+    def _fits(self, value: float) -> bool:
+        return True
+
+    def show(self, value: Any) -> str:
+        return f"{value:g}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Int(Float):
+    """Whole numbers; `1e6` is accepted, `1.5` is not."""
+
+    what: ClassVar[str] = "an integer"
+
+    def _value(self, raw: str) -> int:  # type: ignore[override]
+        return int(super()._value(raw))
+
+    def _fits(self, value: float) -> bool:
+        return value == int(value)
+
+    def show(self, value: Any) -> str:
+        return str(value)
+
+
+_SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4, "p": 1024**5}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)(?:e(\d+))?\s*([kmgtp]?)(i?b)?\s*")
+
+
+def parse_size(text: str) -> int:
+    """Bytes from `20G`, `512M`, `1.5GiB`, `4096`, `64KB` (binary units); ValueError otherwise."""
+    match = _SIZE.fullmatch(text.lower())
+    if not match or (match.group(4) == "ib" and not match.group(3)):
+        raise ValueError(f"{text!r} is not a size (like 20G, 512M or 1.5GiB)")
+    number, exponent, unit = match.group(1), match.group(2), match.group(3)
+    value = float(number) * (10 ** int(exponent) if exponent else 1)
+    return int(value * _SIZE_UNITS[unit])
+
+
+def format_size(nbytes: float) -> str:
+    """A short exact binary-unit spelling: 10737418240 -> `10G`, 1.5 GiB -> `1.5G`."""
+    for unit in ("P", "T", "G", "M", "K"):
+        scale = _SIZE_UNITS[unit.lower()]
+        if nbytes >= scale and (nbytes * 10) % scale == 0:
+            return f"{nbytes / scale:g}{unit}"
+    return str(int(nbytes))
+
+
+@dataclasses.dataclass(frozen=True)
+class Size(Bounded):
+    what: ClassVar[str] = "a size (like 20G)"
+
+    def _value(self, raw: str) -> int:
+        try:
+            return parse_size(raw)
+        except ValueError:
+            raise ValueError(f"is not {self.what}") from None
+
+    def show(self, value: Any) -> str:
+        return format_size(value)
+
+
+_DURATION_UNITS = {"": 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|min|m|h|d)?\s*")
+
+
+@dataclasses.dataclass(frozen=True)
+class Duration(Bounded):
+    """Seconds: `30`, `30s`, `500ms`, `2m`, `1h`, `1d`."""
+
+    what: ClassVar[str] = "a duration (seconds, or like 30s, 2m, 1h)"
+
+    def _value(self, raw: str) -> float:
+        match = _DURATION.fullmatch(raw.lower())
+        if not match:
+            raise ValueError(f"is not {self.what}")
+        return float(match.group(1)) * _DURATION_UNITS[match.group(2) or ""]
+
+    def show(self, value: Any) -> str:
+        return f"{value:g} s"
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice(Kind):
+    """One of `values` (case-insensitive); `aliases` maps other spellings to a value; text that
+    starts with one of `prefixes` (like `ray://`) is taken as it is."""
+
+    values: tuple[str, ...] = ()
+    aliases: tuple[tuple[str, str], ...] = ()
+    prefixes: tuple[str, ...] = ()
+    spelled: str = ""  # how the message lists the choices, when not just `values`
+
+    def parse(self, raw: str) -> str:
+        text = raw.strip()
+        if any(text.startswith(p) for p in self.prefixes):
+            return text
+        low = text.lower()
+        if low in self.values:
+            return low
+        for alias, value in self.aliases:
+            if low == alias:
+                return value
+        raise ValueError(f"is not {self.spelled or 'one of ' + ', '.join(self.values)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class FilePath(Kind):
+    what: ClassVar[str] = "a path"
+
+    def parse(self, raw: str) -> str:
+        return os.path.expanduser(raw.strip())
+
+
+@dataclasses.dataclass(frozen=True)
+class Text(Kind):
+    """Taken as it is (secrets keep their spaces); empty counts as unset."""
+
+    what: ClassVar[str] = "text"
+
+
+# ---- variables ----------------------------------------------------------------------------------
+
+_lock = threading.Lock()
+_cache: dict[str, tuple[str | None, Any]] = {}
+_warned: set[str] = set()
+REGISTRY: dict[str, "Var"] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Var:
+    """One environment variable. `default=None` with `default_text` reads "decided per machine"."""
+
+    name: str
+    kind: Kind
+    default: Any
+    doc: str
+    internal: bool = False
+    default_text: str | None = None
+
+    def raw(self, environ: Mapping[str, str] | None = None) -> str | None:
+        """The variable's text, None when unset or empty."""
+        raw = (os.environ if environ is None else environ).get(self.name)
+        return raw if raw else None
+
+    def get(self, environ: Mapping[str, str] | None = None) -> Any:
+        """The parsed value; the default when unset, empty or unusable (after one line on stderr)."""
+        raw = self.raw(environ)
+        if environ is None:
+            cached = _cache.get(self.name)
+            if cached is not None and cached[0] == raw:
+                return cached[1]
+        value = self._parse(raw)
+        if environ is None:
+            _cache[self.name] = (raw, value)
+        return value
+
+    def _parse(self, raw: str | None) -> Any:
+        if raw is None:
+            return self.default
+        try:
+            return self.kind.parse(raw)
+        except ValueError as exc:
+            _warn(self, raw, str(exc))
+            return self.default
+
+    def show_default(self) -> str:
+        if self.default_text is not None:
+            return self.default_text
+        return "unset" if self.default is None else self.kind.show(self.default)
+
+
+def _declare(name: str, kind: Kind, default: Any, doc: str, *, internal: bool = False,
+             default_text: str | None = None) -> Var:
+    var = Var(name, kind, default, doc, internal, default_text)
+    assert name not in REGISTRY, name
+    REGISTRY[name] = var
+    return var
+
+
+def _warn(var: Var, raw: str, reason: str) -> None:
+    """One line per (variable, text) per job: the mark is exported so that child processes
+    (pool workers, the warm child) that inherit the same bad text stay quiet."""
+    tag = f"{var.name}:{zlib.crc32(raw.encode(errors='replace')):08x}"
+    with _lock:
+        inherited = (os.environ.get(SETTINGS_WARNED.name) or "").split(",")
+        if tag in _warned or tag in inherited:
+            return
+        _warned.add(tag)
+        os.environ[SETTINGS_WARNED.name] = ",".join([t for t in inherited if t] + [tag])
+    try:
+        sys.stderr.write(f"pcompile: {var.name}={raw!r} {reason}; using the default {var.show_default()}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def reload() -> None:
+    """Forget parsed values and this process's warnings (tests). A warning already exported in
+    PCOMPILE_SETTINGS_WARNED stays silent, as it does in a child process."""
+    with _lock:
+        _cache.clear()
+        _warned.clear()
+
+
+def public() -> Iterator[Var]:
+    return (v for v in REGISTRY.values() if not v.internal)
+
+
+_GiB = 1024**3
+_MiB = 1024**2
+
+# -- where the caches live --
+CACHE_DIR = _declare("PCOMPILE_CACHE_DIR", FilePath(), "~/.cache/pcompile",
+                     "node-local tier, Inductor/Triton working dirs, pool socket, stats, event logs")
+SHARED_DIR = _declare("PCOMPILE_SHARED_DIR", FilePath(), None, "shared-filesystem tier (NFS/Lustre)")
+REMOTE = _declare("PCOMPILE_REMOTE", Text(), None,
+                  "`redis://[USER:PASS@]HOST:PORT/DB[?prefix=NAME:]`, `rediss://…` (TLS) or `s3://BUCKET/PREFIX` "
+                  "(operator notes in [`cache/README.md`](cache/README.md))")
+READ_ONLY = _declare("PCOMPILE_READ_ONLY", Bool(), False, "`1`: never write or delete anything in shared or remote tiers")
+MAX_BYTES = _declare("PCOMPILE_MAX_BYTES", Size(minimum=0), 10 * _GiB,
+                     "node-local size budget (like `20G`), kept by a background LRU GC")
+MAX_ENTRIES = _declare("PCOMPILE_MAX_ENTRIES", Int(minimum=0), 200_000, "node-local entry budget, kept by the same GC")
+MIN_FREE_BYTES = _declare("PCOMPILE_MIN_FREE_BYTES", Size(minimum=0), 256 * _MiB,
+                          "free space the cache dir's filesystem keeps: below it (at start, or before a write) pcompile "
+                          "caches nothing and Inductor works in a private temp dir")
+CACHE_DIR_TIMEOUT = _declare("PCOMPILE_CACHE_DIR_TIMEOUT", Duration(minimum=0.01), 10.0,
+                             "how long the start-of-job probe (a 64 KiB write + fsync) may take before the cache dir "
+                             "counts as hung")
+LEASE_TIMEOUT = _declare("PCOMPILE_LEASE_TIMEOUT", Duration(minimum=0.01), 60.0,
+                         "how long a silent single-flight holder is trusted before a waiter takes over")
+
+# -- routing --
+ROUTE = _declare("PCOMPILE", Bool(), False, "`1`: route an unchanged script's `torch.compile` through pcompile")
+DISABLE = _declare("PCOMPILE_DISABLE", Bool(), False, "`1`: stock behaviour everywhere (for A/B comparisons)")
+POOL = _declare("PCOMPILE_POOL", Choice(("node", "ray", "local", "off"),
+                                        aliases=(("daemon", "node"), ("1", "node"), ("on", "node"), ("inprocess", "local"),
+                                                 ("in-process", "local"), ("threads", "local"), ("0", "off"),
+                                                 ("stock", "off"), ("none", "off")),
+                                        prefixes=("ray://",), spelled="node, ray, ray://ADDRESS, local or off"), "node",
+                "`node` (one daemon per node), `ray` / `ray://ADDR` (Ray actors; `ray://` needs `ray[client]`), "
+                "`local`, `off`")
+POOL_WORKERS = _declare("PCOMPILE_POOL_WORKERS", Int(minimum=1), None, "compile workers of the pool",
+                        default_text="from cgroup CPU quota, affinity and free memory")
+POOL_MEM_PER_WORKER = _declare("PCOMPILE_POOL_MEM_PER_WORKER", Size(minimum=1), int(1.5 * _GiB),
+                               "memory budgeted per pool worker when sizing the pool from free memory")
+POOL_IDLE_EXIT = _declare("PCOMPILE_POOL_IDLE_EXIT", Duration(minimum=0), 120.0, "how long an idle node daemon lives")
+POOL_JOB_TIMEOUT = _declare("PCOMPILE_POOL_JOB_TIMEOUT", Duration(minimum=0.01), 600.0, "a hung compile's limit")
+POOL_EAGER = _declare("PCOMPILE_POOL_EAGER", Bool(), None,
+                      "start (or connect to) the node daemon when pcompile installs, so its workers are warm by the "
+                      "first kernel; `0`: at the first kernel", default_text="on where a CUDA device is visible")
+RAY_ACTORS = _declare("PCOMPILE_RAY_ACTORS", Int(minimum=0), None, "Ray compile actors (`ray` pool); 0: Ray's CPU count",
+                      default_text="the Ray cluster's CPUs")
+EAGER_BACKWARD = _declare("PCOMPILE_EAGER_BACKWARD", Bool(), True,
+                          "compile a region's backward with its forward, so its AOTAutograd entry is published before "
+                          "the first `.backward()` (part of AOTAutograd's key: warm host and GPU job must agree)")
+BACKWARD_AHEAD = _declare(
+    "PCOMPILE_BACKWARD_AHEAD", Bool(), None,
+    "ship each region's backward graph to a worker process as soon as AOTAutograd has partitioned it, so it compiles "
+    "while the forward does; the parent loads it through the store. Costs ~12 CPU-s of imports in another process "
+    "and ~0.6 GB of GPU memory for its CUDA context while it lives. `0` off, `1` on (also on CPU-only hosts)",
+    default_text="on for GPU jobs on ≥ 8 CPUs")
+PROGRAMS = _declare("PCOMPILE_PROGRAMS", Bool(), False,
+                    "`1`: whole-program entries (experimental): each `torch.compile`d function's Dynamo output is "
+                    "stored and installed at `torch.compile(m)` in later processes, which then run without tracing "
+                    "(`pcompile/inductor/programs.py`; off: slower hot starts on the H100, benchmarks/RESULTS.md)")
+AUTOTUNE = _declare("PCOMPILE_AUTOTUNE", Choice(("predicted", "benchmark")), "predicted",
+                    "`predicted`: a kernel with no measured autotune winner uses the warm host's prediction (Inductor's "
+                    "no-benchmark choice); `benchmark`: benchmark at first launch and publish the winner")
+WARM_PAD_MM = _declare("PCOMPILE_WARM_PAD_MM", Choice(("pad", "nopad"), aliases=(("no", "nopad"), ("0", "nopad"),
+                                                                                  ("false", "nopad"), ("off", "nopad"))),
+                       "pad", "what `pcompile warm` decides where Inductor's pad_mm pass would time padded vs unpadded "
+                              "matmuls on a GPU; the choice is part of the warmed graph")
+WARM_SANDBOX = _declare("PCOMPILE_WARM_SANDBOX", Choice(("auto", "namespace", "userns", "python")), "auto",
+                        "how `pcompile warm` keeps the script's writes off your files: `namespace` (a private mount "
+                        "namespace with an overlay of the file system, as root), `userns` (the same in a user "
+                        "namespace), `python` (a redirect of Python's file calls); `auto`: the first that works here")
+WARM_STALL_SECONDS = _declare("PCOMPILE_WARM_STALL_SECONDS", Duration(minimum=0), 300.0,
+                              "`pcompile warm`: time without a training step, a compile or CPU use after which the warm "
+                              "is stopped with every thread's Python stack (exit 124); `0`: never")
+WARM_VALUE_LIMIT = _declare("PCOMPILE_WARM_VALUE_LIMIT", Int(minimum=0), 1 << 20,
+                            "`pcompile warm`: largest tensor (elements) made from the script's host data that keeps its "
+                            "real values on the virtual device (labels, masks, indices); larger ones read as zeros")
+INDUCTOR_LOCAL_CACHES = _declare("PCOMPILE_INDUCTOR_LOCAL_CACHES", Bool(), False,
+                                 "`1`: keep Inductor's own local FX/AOT caches on as well (by default the store "
+                                 "replaces them)")
+DEBUG_FX_KEYS = _declare("PCOMPILE_DEBUG_FX_KEYS", FilePath(), None,
+                         "a directory: write Inductor's description of every FX graph key computed (one file per key "
+                         "and process), to see why two keys differ")
+
+# -- events and output --
+EVENTS = _declare("PCOMPILE_EVENTS", Bool(), True, "`0` turns off the compile event log (`pcompile report`)")
+EVENTS_MAX_BYTES = _declare("PCOMPILE_EVENTS_MAX_BYTES", Size(minimum=0), 64 * _MiB, "largest event log of one job")
+EVENTS_KEEP = _declare("PCOMPILE_EVENTS_KEEP", Int(minimum=1), 50, "event logs (jobs) kept under the cache dir")
+JOB_ID = _declare("PCOMPILE_JOB_ID", Text(), None, "the job id that groups all ranks' events in one log",
+                  default_text="TORCHELASTIC_RUN_ID, SLURM_JOB_ID, else minted")
+PROGRESS = _declare("PCOMPILE_PROGRESS", Choice(("auto", "plain", "bar", "off"),
+                                                aliases=(("0", "off"), ("false", "off"), ("no", "off"), ("quiet", "off"))),
+                    "auto", "progress style of `pcompile warm`: `plain` lines, `bar`, `off` (auto: bar on a terminal)")
+
+# -- remote tier (cache/README.md has the operator notes) --
+REMOTE_TIMEOUT = _declare("PCOMPILE_REMOTE_TIMEOUT", Duration(minimum=0.01), 2.0,
+                          "per remote round trip; the most a remote failure can stall a job")
+REMOTE_BREAKER_FAILURES = _declare("PCOMPILE_REMOTE_BREAKER_FAILURES", Int(minimum=1), 3,
+                                   "consecutive failures that open the circuit breaker (a timeout counts as all of them)")
+REMOTE_BREAKER_SECONDS = _declare("PCOMPILE_REMOTE_BREAKER_SECONDS", Duration(minimum=0), 60.0,
+                                  "how long the remote is skipped (node-wide) once the breaker is open")
+REMOTE_QUEUE = _declare("PCOMPILE_REMOTE_QUEUE", Int(minimum=1), 256, "write-behind queue bound (entries); beyond it writes are dropped (counted)")
+REMOTE_QUEUE_BYTES = _declare("PCOMPILE_REMOTE_QUEUE_BYTES", Size(minimum=1), _GiB, "write-behind queue bound (bytes)")
+REMOTE_FLUSH_TIMEOUT = _declare("PCOMPILE_REMOTE_FLUSH_TIMEOUT", Duration(minimum=0), 10.0,
+                                "how long process exit waits for queued remote writes")
+REMOTE_MISS_TTL = _declare("PCOMPILE_REMOTE_MISS_TTL", Duration(minimum=0), 5.0, "how long a remote miss is remembered per process")
+REMOTE_FETCH_WAIT = _declare("PCOMPILE_REMOTE_FETCH_WAIT", Duration(minimum=0), 120.0,
+                             "longest a rank waits for another rank of its node to fetch an entry")
+REMOTE_MIN_RATE = _declare("PCOMPILE_REMOTE_MIN_RATE", Size(minimum=1024), 4 * _MiB,
+                           "per second: a chunk transfer slower than this counts as a failure")
+REDIS_USERNAME = _declare("PCOMPILE_REDIS_USERNAME", Text(), None, "Redis user when the URL names none")
+REDIS_PASSWORD = _declare("PCOMPILE_REDIS_PASSWORD", Text(), None, "Redis password when the URL has none")
+REDIS_PASSWORD_FILE = _declare("PCOMPILE_REDIS_PASSWORD_FILE", FilePath(), None, "file holding the Redis password")
+REDIS_CHUNK_BYTES = _declare("PCOMPILE_REDIS_CHUNK_BYTES", Size(minimum=1), 4 * _MiB,
+                             "Redis blobs above this are stored in chunks")
+S3_ENDPOINT_URL = _declare("PCOMPILE_S3_ENDPOINT_URL", Text(), None, "S3-compatible endpoint (MinIO, Ceph, moto); path-style addressing then")
+S3_REGION = _declare("PCOMPILE_S3_REGION", Text(), None, "S3 region", default_text="AWS_REGION / AWS_DEFAULT_REGION")
+S3_REFRESH_DAYS = _declare("PCOMPILE_S3_REFRESH_DAYS", Float(minimum=0), 7.0,
+                           "re-upload S3 blobs older than this many days (restarts their lifecycle clock)")
+
+# -- trust (signing keys; `pcompile keygen`) --
+HMAC_KEY = _declare("PCOMPILE_HMAC_KEY", Text(), None, "shared signing key (≥ 16 bytes): everyone who holds it signs and verifies")
+HMAC_KEY_FILE = _declare("PCOMPILE_HMAC_KEY_FILE", FilePath(), None, "file holding the HMAC key")
+SIGNING_KEY_FILE = _declare("PCOMPILE_SIGNING_KEY_FILE", FilePath(), None, "ed25519 private key (PEM/OpenSSH): this process signs what it publishes")
+VERIFY_KEY_FILE = _declare("PCOMPILE_VERIFY_KEY_FILE", Text(), None,
+                           "ed25519 public key files, `:`-separated: the accepted signers")
+
+# -- virtual device (pcompile warm) --
+VDEV_DIR = _declare("PCOMPILE_VDEV_DIR", FilePath(), None, "where the virtual CUDA device library is built",
+                    default_text="$XDG_CACHE_HOME/pcompile-vdev")
+VDEV_TRACE = _declare("PCOMPILE_VDEV_TRACE", Bool(), False,
+                      "`1`: the warm child prints a native backtrace for every refused driver call (read by vcuda.c)")
+
+# -- internal: set by pcompile for its own child processes, or used by tests and diagnostics --
+WARMING = _declare("PCOMPILE_WARMING", Bool(), False, "set in the warm child (`pcompile.warming()`)", internal=True)
+WARM_PROGRESS = _declare("PCOMPILE_WARM_PROGRESS", FilePath(), None, "file the warm child appends step times to",
+                         internal=True)
+POOL_WORKER = _declare("PCOMPILE_POOL_WORKER", Bool(), False, "set in the pool's workers: they never start a pool",
+                       internal=True)
+VDEV_PROFILE = _declare("PCOMPILE_VDEV_PROFILE", FilePath(), None, "flat device profile the virtual device answers from",
+                        internal=True)
+VDEV_STRICT = _declare("PCOMPILE_VDEV_STRICT", Bool(), False, "a native launch fails instead of being swallowed",
+                       internal=True)
+VDEV_STATS = _declare("PCOMPILE_VDEV_STATS", FilePath(), None, "file the virtual device appends its call counts to",
+                      internal=True)
+VDEV_DEVICES = _declare("PCOMPILE_VDEV_DEVICES", Int(minimum=1, maximum=64), 1, "virtual devices the warm child sees",
+                        internal=True)
+VDEV_SANITIZE = _declare("PCOMPILE_VDEV_SANITIZE", Choice(("none", "address")), "none",
+                         "`address`: build the virtual device with AddressSanitizer (its memory tests)", internal=True)
+WARM_SANDBOX_ACTIVE = _declare("PCOMPILE_WARM_SANDBOX_ACTIVE", Text(), None,
+                               "set in the warm child and its children: the file sandbox mode that runs", internal=True)
+WARM_REDIRECT = _declare("PCOMPILE_WARM_REDIRECT", FilePath(), None,
+                         "the Python redirect's state file, installed by the warm child's Python children", internal=True)
+#: every variable starting with this is the warm's own, never passed to the node daemon
+WARM_PREFIX = "PCOMPILE_WARM_"
+#: every variable starting with this belongs to the warm child's virtual device
+VDEV_PREFIX = "PCOMPILE_VDEV_"
+#: every pcompile variable starts with this
+PREFIX = "PCOMPILE"
+SETTINGS_WARNED = _declare("PCOMPILE_SETTINGS_WARNED", Text(), None,
+                           "bad settings already reported by a parent process (one line per job)", internal=True)
+PRETEND_TORCH_VERSION = _declare("PCOMPILE_PRETEND_TORCH_VERSION", Text(), None,
+                                 "the version gate sees this torch (tests)", internal=True)
+PRETEND_TRITON_VERSION = _declare("PCOMPILE_PRETEND_TRITON_VERSION", Text(), None,
+                                  "the version gate sees this triton (tests)", internal=True)
+TARGET_ARCH = _declare("PCOMPILE_TARGET_ARCH", Text(), None, "key target arch (like sm_90) instead of this device's",
+                       internal=True)
+TARGET_NAME = _declare("PCOMPILE_TARGET_NAME", Text(), "", "key target board name with PCOMPILE_TARGET_ARCH",
+                       internal=True)
+DEVICE_INDEX = _declare("PCOMPILE_DEVICE_INDEX", Choice(("normalise", "keep"),
+                                                        aliases=(("normalize", "normalise"), ("1", "normalise"),
+                                                                 ("on", "normalise"), ("0", "keep"), ("off", "keep"),
+                                                                 ("no", "keep"), ("false", "keep"))),
+                        "normalise", "`keep`: stock keys (entries per GPU index; tests show the rebinding matters)",
+                        internal=True)
+AOT_KEY_DUMP = _declare("PCOMPILE_AOT_KEY_DUMP", FilePath(), None,
+                        "the warm child writes its AOTAutograd key inputs here (benchmarks/diag_warm_keys.py)",
+                        internal=True)
