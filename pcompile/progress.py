@@ -22,6 +22,11 @@ class _Quiet:
 
     def __init__(self, total: int | None, desc: str) -> None:
         self.total, self.desc, self.done = total, desc, 0
+        self.outcome = "done"  # the closing line's last word
+
+    def fail(self, outcome: str = "failed") -> None:
+        """The work did not finish: the closing line says so instead of "done"."""
+        self.outcome = outcome
 
     def advance(self, n: int = 1) -> None:
         self.done += n
@@ -71,7 +76,7 @@ class _Plain(_Quiet):
         else:
             text = f"{self.desc}: {self.done} done, {elapsed:.1f} s"
         try:
-            self.stream.write(text + ("" if not final else " - done") + "\n")
+            self.stream.write(text + ("" if not final else f" - {self.outcome}") + "\n")
             self.stream.flush()
         except (OSError, ValueError):
             pass
@@ -109,6 +114,10 @@ class _Bar(_Quiet):
         self.total = total
         self._p.update(self._task, total=total)
 
+    def fail(self, outcome: str = "failed") -> None:
+        super().fail(outcome)
+        self.set_description(f"{self.desc} - {outcome}")
+
     def close(self) -> None:
         self._p.stop()
 
@@ -144,5 +153,8 @@ def progress(total: int | None, desc: str, quiet: bool = False, stream: IO[str] 
         bar = _Quiet(total, desc)
     try:
         yield bar
+    except BaseException:
+        bar.fail()
+        raise
     finally:
         bar.close()

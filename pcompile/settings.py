@@ -367,6 +367,12 @@ WARM_SANDBOX = _declare("PCOMPILE_WARM_SANDBOX", Choice(("auto", "namespace", "u
                         "how `pcompile warm` keeps the script's writes off your files: `namespace` (a private mount "
                         "namespace with an overlay of the file system, as root), `userns` (the same in a user "
                         "namespace), `python` (a redirect of Python's file calls); `auto`: the first that works here")
+WARM_STALL_SECONDS = _declare("PCOMPILE_WARM_STALL_SECONDS", Duration(minimum=0), 300.0,
+                              "`pcompile warm`: time without a training step, a compile or CPU use after which the warm "
+                              "is stopped with every thread's Python stack (exit 124); `0`: never")
+WARM_VALUE_LIMIT = _declare("PCOMPILE_WARM_VALUE_LIMIT", Int(minimum=0), 1 << 20,
+                            "`pcompile warm`: largest tensor (elements) made from the script's host data that keeps its "
+                            "real values on the virtual device (labels, masks, indices); larger ones read as zeros")
 INDUCTOR_LOCAL_CACHES = _declare("PCOMPILE_INDUCTOR_LOCAL_CACHES", Bool(), False,
                                  "`1`: keep Inductor's own local FX/AOT caches on as well (by default the store "
                                  "replaces them)")

@@ -29,7 +29,7 @@ def cache_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]
 @pytest.fixture
 def store_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A private pcompile cache dir for in-process hook tests; leases released afterwards."""
-    from pcompile.inductor import flight
+    from pcompile.inductor import store_gateway
 
     for name in list(os.environ):
         if name.startswith("PCOMPILE"):
@@ -37,7 +37,7 @@ def store_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("PCOMPILE_CACHE_DIR", str(tmp_path / "pc"))
     monkeypatch.setenv("PCOMPILE_EVENTS", "0")
     yield tmp_path / "pc"
-    flight.release_all()
+    store_gateway.release_all()
 
 
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -44,9 +44,9 @@ from pcompile.compat import compile_wrapper
 routed_before_compile = compile_wrapper.routed()
 x = torch.randn(16)
 y = torch.compile(lambda v: (v * 3).tanh() + 1)(x)
-from pcompile.inductor import flight, hooks
+from pcompile.inductor import store_gateway, hooks
 print("PCOMPILE_RESULT " + json.dumps({"routed": routed_before_compile, "active": hooks.state.active,
-      "ok": torch.allclose(y, (x * 3).tanh() + 1, atol=1e-6), "held": flight.held_keys()}))
+      "ok": torch.allclose(y, (x * 3).tanh() + 1, atol=1e-6), "held": store_gateway.held_keys()}))
 '''
 
 

@@ -32,7 +32,9 @@ def test_gate_ranges(monkeypatch: pytest.MonkeyPatch, torch_v: str, triton_v: st
 
 def test_refusal_warns_once(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(PRETEND_TORCH_VERSION.name, "3.0.0")
-    monkeypatch.setattr(gate, "_warned", set())
+    from pcompile import warn
+
+    monkeypatch.setattr(warn, "_warned", set())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert not gate.supported() and not gate.supported() and not gate.supported()

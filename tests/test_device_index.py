@@ -35,10 +35,10 @@ rank = int(os.environ["LOCAL_RANK"])
 torch.cuda.set_device(rank)
 torch.manual_seed(0)
 
-from pcompile.inductor import flight, device_index
+from pcompile.inductor import store_gateway, device_index
 from pcompile.inductor.layer_keys import store_key
 lookups = []
-flight.add_listener(lambda kind, key, outcome: lookups.append((kind, key, outcome)))
+store_gateway.add_listener(lambda kind, key, outcome: lookups.append((kind, key, outcome)))
 
 
 class Block(torch.nn.Module):

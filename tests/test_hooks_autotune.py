@@ -34,11 +34,11 @@ if mode == "save":
     cache.save(configs[1], time_taken_ns=5_000_000)
 elif mode == "predict":
     import types
-    from pcompile.inductor import remote_backend
+    from pcompile.inductor import store_adapter
     from pcompile.compat import autotune_choice
     # the two attributes of a CachingAutotuner the prediction reads, around a real AutotuneCache
     kernel = types.SimpleNamespace(save_cache_hook=cache.save, inductor_meta=meta, configs=configs)
-    out["published"] = autotune_choice.publish_prediction(kernel, remote_backend.predicting)
+    out["published"] = autotune_choice.publish_prediction(kernel, store_adapter.predicting)
     out["local_files"] = sorted(os.listdir(kernel_dir))
 else:
     best = cache.read_best(meta, configs)
@@ -47,8 +47,8 @@ from pcompile.store.tiered import default_store
 st = default_store()
 layer = st.stats.data["layers"]["autotune"]
 out["autotune"] = {k: layer.get(k, 0) for k in ("hits", "misses", "untimed")}
-from pcompile.inductor import flight
-out["held"] = flight.held_keys()
+from pcompile.inductor import store_gateway
+out["held"] = store_gateway.held_keys()
 print("PCOMPILE_RESULT " + json.dumps(out))
 '''
 

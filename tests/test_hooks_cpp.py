@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pcompile.inductor import cpp_cache, flight
+from pcompile.inductor import cpp_cache, store_gateway
 
 
 class Builder:
@@ -45,7 +45,7 @@ def test_build_publishes_then_other_dir_hits_without_compiling(store_env: Path, 
     first = Builder(tmp_path / "a" / "ckey123.main.so", source)
     first.target.parent.mkdir()
     wrapped(str(tmp_path / "lock"), [first])
-    assert first.builds == 1 and len(_kernel_manifests(store_env)) == 1 and flight.held_keys() == []
+    assert first.builds == 1 and len(_kernel_manifests(store_env)) == 1 and store_gateway.held_keys() == []
     second = Builder(tmp_path / "b" / "ckey123.main.so", source)  # another Inductor cache dir, same key
     wrapped(str(tmp_path / "lock"), [second])
     assert second.builds == 0 and second.target.read_bytes() == first.target.read_bytes()

@@ -52,7 +52,7 @@ from pcompile.inductor import hooks
 assert hooks.install_hooks() and "kernel.triton" in hooks.state.layers, hooks.state
 from pcompile.compat.triton_compile import compile_kernel_source
 kernel, _ = compile_kernel_source("triton_poi_fused_relu_0", open(sys.argv[1]).read())
-from pcompile.inductor import flight
+from pcompile.inductor import store_gateway
 from pcompile.store.tiered import default_store
 st = default_store()
 st.stats.flush()
@@ -62,7 +62,7 @@ for root, _, files in os.walk(os.environ["TRITON_CACHE_DIR"]):
         if name.endswith(".cubin"):
             cubins[os.path.basename(root)] = open(os.path.join(root, name), "rb").read().hex()
 print("PCOMPILE_RESULT " + json.dumps({"kernel": st.stats.data["layers"]["kernel"], "compiles": st.stats.data["compiles"],
-      "configs": len(kernel.compile_results), "cubins": cubins, "held": flight.held_keys()}))
+      "configs": len(kernel.compile_results), "cubins": cubins, "held": store_gateway.held_keys()}))
 '''
 
 

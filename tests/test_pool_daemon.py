@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from pcompile.pool import JobTimedOut, WorkerCrashed
-from pcompile.pool.client import NodePool, _warned
+from pcompile.pool.client import NodePool
+from pcompile.warn import forget as forget_warnings
 from pcompile.pool.launcher import DaemonOptions, read_pidfile
 from pcompile.pool.paths import PoolPaths
 
@@ -68,7 +69,7 @@ def wait_for_file(path: str, timeout: float = 30.0) -> bool:
 @pytest.fixture
 def pool_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(REPO), os.environ.get("PYTHONPATH", "")]))
-    _warned.clear()
+    forget_warnings()
     return tmp_path / "cache"
 
 

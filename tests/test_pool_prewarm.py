@@ -23,7 +23,7 @@ def test_prewarm_installs_the_autotune_backend_in_a_fresh_interpreter(tmp_path):
     env.update({k: v for k, v in os.environ.items() if k in ("PYTHONPATH", "HOME")})
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-1] == "pcompile.inductor.remote_backend"
+    assert out.stdout.strip().splitlines()[-1] == "pcompile.inductor.store_adapter"
 
 
 # -- a job run inside a real pool worker (workers import this module: tests/ is on PYTHONPATH) --

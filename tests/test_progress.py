@@ -52,3 +52,20 @@ def test_tty_gets_a_bar() -> None:
             p.advance()
     text = out.getvalue()
     assert "verifying" in text and "4/4" in text and "━" in text
+
+
+def test_failed_work_does_not_say_done() -> None:
+    res = run_py("""
+from pcompile.progress import progress
+try:
+    with progress(4, "warming", interval=60) as p:
+        p.advance()
+        raise RuntimeError("the script failed")
+except RuntimeError:
+    pass
+with progress(4, "checking", interval=60) as p:
+    p.advance()
+    p.fail("stopped")
+""")
+    finals = [ln for ln in res.stderr.splitlines() if ln.startswith(("warming", "checking")) and " - " in ln]
+    assert [(ln.split(" (")[0], ln.rsplit(" - ", 1)[1]) for ln in finals] == [("warming: 1/4", "failed"), ("checking: 1/4", "stopped")], res.stderr

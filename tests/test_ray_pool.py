@@ -14,7 +14,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from pcompile.inductor.pool_install import pool_kind  # noqa: E402
+from pcompile.pool.choose import pool_kind  # noqa: E402
 from pcompile.pool import JobTimedOut, WorkerCrashed  # noqa: E402
 from pcompile.pool.ray_pool import RayPool  # noqa: E402
 
@@ -65,11 +65,11 @@ def test_pool_kind_parses_ray_addresses() -> None:
 def test_ray_unavailable_runs_in_process_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
     """Runs before the cluster fixture exists: an unreachable address (here Ray Client is not even
     installed; elsewhere the connect deadline fires) must not fail or stall the jobs."""
-    from pcompile.pool.client import _warned
+    from pcompile.warn import forget as forget_warnings
 
     if ray.is_initialized():
         pytest.skip("a Ray cluster is already initialised in this process")
-    _warned.clear()
+    forget_warnings()
     pool = RayPool("ray://127.0.0.1:1", connect_timeout=20)
     try:
         assert [f.result(timeout=180) for f in [pool.submit(actor_pid) for _ in range(3)]] == [os.getpid()] * 3

@@ -31,7 +31,7 @@ def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
 
 
 def test_node_b_hits_every_layer_from_redis(redis_server: RedisServer, tmp_path: Path) -> None:
-    from pcompile.trust.keys import generate_ed25519
+    from pcompile.trust.signing_keys import generate_ed25519
 
     private, public = generate_ed25519()
     (tmp_path / "signing.key").write_bytes(private)

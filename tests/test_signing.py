@@ -27,7 +27,7 @@ from conftest_remote import (  # noqa: F401  (fixtures)
 )
 from pcompile.errors import PcompileError
 from pcompile.store.entry import Entry, Manifest, blob_hash
-from pcompile.trust.keys import generate_ed25519, generate_hmac
+from pcompile.trust.signing_keys import generate_ed25519, generate_hmac
 
 pytest.importorskip("redis")
 pytest.importorskip("cryptography")

@@ -15,7 +15,8 @@ from pcompile.warm import reads
 
 #: named here, not taken from warm_runtime.CONCERNS: a module left out of CONCERNS must still be
 #: checked (test_the_whole_check_covers_every_warm_module then fails on the omission)
-@pytest.mark.parametrize("name", ("warm_runtime", "warm_fakes", "warm_launches", "warm_storage", "warm_timings", "warm_training"))
+@pytest.mark.parametrize("name", ("warm_runtime", "warm_fakes", "warm_launches", "warm_storage", "warm_timings", "warm_training",
+                                  "warm_values"))
 def test_private_apis_present_in_this_torch(name):
     module = importlib.import_module(f"pcompile.compat.{name}")
     assert warm_runtime.version_supported(), f"torch {torch.__version__} outside {warm_runtime.SUPPORTED}"
@@ -111,11 +112,11 @@ def test_gpu_values_read_back_as_zeros_and_are_counted(scoped):
         losses = torch.zeros(3)
         losses[1] = loss                                    # a copy into a real CPU tensor
         assert losses.tolist() == [0.0, 0.0, 0.0]
-        h = torch.full((2, 3), 7, device="cuda").cpu()     # device to host: real zeros, right shape/dtype
+        h = (torch.randn(2, 3, device="cuda") + 7).long().cpu()  # device to host: real zeros, right shape/dtype
         assert h.device.type == "cpu" and h.dtype == torch.int64 and h.shape == (2, 3) and int(h.sum()) == 0
-        nz = torch.ones(5, device="cuda").nonzero()         # value-dependent shape: empty, as zeros would give
+        nz = (torch.randn(5, device="cuda").abs() + 1).nonzero()  # value-dependent shape: empty, as zeros would give
         assert nz.device.type == "cuda" and tuple(nz.shape) == (0, 1)
-        assert torch.ones(2, 2, device="cuda").tolist() == [[0.0, 0.0], [0.0, 0.0]]
+        assert torch.rand(2, 2, device="cuda").tolist() == [[0.0, 0.0], [0.0, 0.0]]
         with pytest.raises(TypeError, match="numpy"):
             torch.ones(2, device="cuda").numpy()
         with pytest.raises(RuntimeError, match="ambiguous"):
@@ -147,3 +148,37 @@ def test_higher_order_operators_get_fake_tensor_modes_rule(scoped):
         x = torch.randn(4, device="cuda")
         out = run_with_rng_state(torch.zeros(16, dtype=torch.uint8), torch.ops.aten.mul.Tensor, x, x)
     assert isinstance(out, FakeTensor) and out.device.type == "cuda" and out.shape == (4,)
+
+
+def test_host_data_keeps_its_values_and_model_state_stays_a_placeholder(scoped):
+    """compat/warm_values.py: tensors made from host data compute for real through cheap ops
+    (uncounted); parameters, random and uninitialised tensors, big tensors and anything a
+    placeholder writes into read as zeros (counted)."""
+    from pcompile.compat import warm_values
+
+    mode, seen = scoped
+    labels = torch.tensor([[1, -100, 3], [-100, 5, 6]])
+    counted = lambda: reads.summary()["total"]  # noqa: E731  placeholder reads (the fixture's `seen` logs every read)
+    start = counted()
+    with mode:
+        y = labels.to("cuda")
+        valid = y != -100
+        assert valid.sum().item() == 4 and int(y.max()) == 6 and bool(valid.any())
+        assert torch.nonzero(valid).tolist() == [[0, 0], [0, 2], [1, 1], [1, 2]]
+        rows, cols = torch.where(valid)
+        assert rows.tolist() == [0, 0, 1, 1] and y[rows, cols].cpu().tolist() == [1, 3, 5, 6]
+        assert torch.arange(4, device="cuda").cumsum(0).tolist() == [0, 1, 3, 6]
+        buf = torch.empty(2, 3, dtype=torch.long, device="cuda")
+        buf.copy_(labels)  # a preallocated device buffer filled from the host
+        assert buf.eq(-100).sum().item() == 2
+        assert counted() == start  # real values: no placeholder read
+        lin = torch.nn.Linear(3, 2).cuda()
+        assert lin.weight.sum().item() == 0.0 and counted() == start + 1  # parameters stay placeholders
+        out = lin(y.float())
+        assert tuple(out[valid[:, :2]].shape) == (2,)  # a real mask indexing a placeholder: real row count
+        assert torch.empty(3, device="cuda").tolist() == [0.0, 0.0, 0.0]
+        big = torch.ones(warm_values.SIZE_LIMIT + 1, dtype=torch.bool).to("cuda")
+        assert big.sum().item() == 0  # above the limit: a placeholder, no CPU twin
+        z = y.clone()
+        z.add_(out.sum().long())  # written from a placeholder: the shadow goes
+        assert z.tolist() == [[0, 0, 0], [0, 0, 0]]

@@ -42,7 +42,7 @@ def _write(path: Path, data: bytes, mode: int, force: bool) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from pcompile.settings import HMAC_KEY_FILE, SIGNING_KEY_FILE, VERIFY_KEY_FILE
-    from pcompile.trust.keys import generate_ed25519, generate_hmac
+    from pcompile.trust.signing_keys import generate_ed25519, generate_hmac
 
     out = Path(args.out).expanduser().absolute()
     out.mkdir(parents=True, exist_ok=True)

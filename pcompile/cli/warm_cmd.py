@@ -87,7 +87,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         for line in lines(result, check=args.check):
             sys.stdout.write(line + "\n")
-    if result.exit_code != 0:
+    if result.failed and args.json:  # the text summary's first line already says it: once
         sys.stderr.write(f"pcompile: error: {result.report.get('error') or 'warm failed'}\n")
-        return 2 if result.exit_code == 3 else 1
-    return 0
+    return result.exit_status()

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import importlib
 
+from pcompile.errors import CompatError  # noqa: F401  (every compat module raises it)
+
 #: The modules whose checks gate the hooks, in the order hooks.py installs them.
 MODULES: tuple[str, ...] = (
     "remote_cache",
@@ -30,10 +32,6 @@ MODULES: tuple[str, ...] = (
     "device_index",
     "dynamo_package",
 )
-
-
-class CompatError(RuntimeError):
-    """A private API pcompile relies on is missing or changed shape in this torch/triton."""
 
 
 _results: dict[str, str | None] = {}

@@ -7,7 +7,7 @@ not benchmark is the prediction: for reductions, the pick of
 kernels, the first config (what `autotune_pointwise=False` uses). The prediction is saved through
 the kernel's own `AutotuneCache.save` (same JSON, same remote key) with the local file and the
 mega-cache artifact switched off for that call, so only pcompile's store sees it, and there under
-a key of its own (`remote_backend.predicting`), never as a measured winner.
+a key of its own (`store_adapter.predicting`), never as a measured winner.
 
 Touched (torch 2.11.0 and 2.14.1, both checked):
   torch._inductor.runtime.triton_heuristics.{CachingAutotuner.save_cache_hook (bound

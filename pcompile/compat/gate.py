@@ -8,14 +8,15 @@ version (tests use them to exercise the fallback without installing another torc
 
 It sits in compat, the ground floor, because its ranges are what the compat modules were read
 against, and because everything above it (hooks, warm, pool) asks it first. It touches no private
-name itself. `warn_once` here is the process-wide one-warning-per-problem helper.
+name itself. Its warning goes through pcompile/warn.py, the one `warn_once`.
 """
 from __future__ import annotations
 
 import logging
 import re
-import threading
-import warnings
+
+from pcompile.errors import PcompileFallbackWarning  # noqa: F401  (what the gate warns with)
+from pcompile.warn import warn_once
 
 from pcompile.settings import PRETEND_TORCH_VERSION, PRETEND_TRITON_VERSION
 
@@ -28,23 +29,6 @@ CHECKED = {"torch": "2.11.0, 2.14.1, 2.15.0", "triton": "3.6.0, 3.8.0, 3.9.0"}
 TORCH_RANGE = ((2, 11), (2, 15))
 TRITON_RANGE = ((3, 6), (3, 9))
 
-
-
-class PcompileFallbackWarning(UserWarning):
-    """pcompile could not hook this torch/triton and runs stock Inductor instead."""
-
-
-_warned: set[str] = set()
-_lock = threading.Lock()
-
-
-def warn_once(tag: str, message: str) -> None:
-    """One warning per tag per process, however many compiles hit the same problem."""
-    with _lock:
-        if tag in _warned:
-            return
-        _warned.add(tag)
-    warnings.warn(message, PcompileFallbackWarning, stacklevel=3)
 
 
 def _major_minor(version: str) -> tuple[int, int] | None:

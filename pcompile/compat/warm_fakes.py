@@ -69,6 +69,8 @@ def new_fake_mode(on_host_read: Callable[[str], None]) -> Any:
                                                FakeTensorMode)
     from torch.utils._pytree import tree_flatten, tree_map
 
+    from pcompile.compat import warm_values as values
+
     local = threading.local()
 
     def virtual(x: Any) -> bool:
@@ -79,16 +81,8 @@ def new_fake_mode(on_host_read: Callable[[str], None]) -> Any:
         return isinstance(x, torch.device) and x.type == "cuda"
 
     def writes_real_tensor(func: Any, args: Any, kwargs: Any) -> bool:
-        schema = getattr(func, "_schema", None)
-        if schema is None:
-            return False
-        for i, arg in enumerate(schema.arguments):
-            value = args[i] if i < len(args) else kwargs.get(arg.name)
-            if arg.alias_info is not None and arg.alias_info.is_write:
-                for v in (value if isinstance(value, (list, tuple)) else (value,)):
-                    if isinstance(v, torch.Tensor) and not isinstance(v, FakeTensor) and v.device.type != "cuda":
-                        return True
-        return False
+        return any(not isinstance(v, FakeTensor) and v.device.type != "cuda"
+                   for v in values.written_tensors(func, args, kwargs))
 
     class DeviceScopedFakeMode(FakeTensorMode):
         # Higher-order operators look their rule up by the mode's exact type, so FakeTensorMode's
@@ -113,39 +107,58 @@ def new_fake_mode(on_host_read: Callable[[str], None]) -> Any:
             if depth == 0 and not any(virtual(x) for x in tree_flatten((args, kwargs))[0]):
                 return func(*args, **kwargs)  # a host op: run it for real
             if depth == 0 and writes_real_tensor(func, args, kwargs):
-                return self._on_host_zeros(func, args, kwargs, "copy to a CPU tensor", to_device=False)
+                return self._on_host(func, args, kwargs, "copy to a CPU tensor", to_device=False)
             local.depth = depth + 1
             try:
                 out = super().__torch_dispatch__(func, types, args, kwargs)
             except (DataDependentOutputException, DynamicOutputShapeException):
                 if depth:
                     raise
-                return self._on_host_zeros(func, args, kwargs, f"{func} (depends on values)", to_device=True)
+                ok, cpu = values.run_on_shadows(func, args, kwargs)  # host data: its real values
+                if ok:
+                    return values.to_fakes(self, cpu)
+                return self._on_host(func, args, kwargs, f"{func} (depends on values)", to_device=True)
             finally:
                 local.depth = depth
             if depth:
                 return out
+            values.after(func, args, kwargs, out)
             return tree_map(self._host_result, out)
 
         def _host_result(self, x: Any) -> Any:
             if isinstance(x, FakeTensor) and x.device.type != "cuda" and x.fake_mode is self:
+                real = values.value_of(x)
+                if real is not None:
+                    return real
                 on_host_read(".cpu()")
                 return zeros_like_on_cpu(x)
             return x
 
-        def _on_host_zeros(self, func: Any, args: Any, kwargs: Any, how: str, to_device: bool) -> Any:
-            """Run `func` for real on CPU with every virtual input read as zeros. With `to_device`,
-            tensor results come back as CUDA fakes of the shape that computation gave."""
-            on_host_read(how)
+        def _on_host(self, func: Any, args: Any, kwargs: Any, how: str, to_device: bool) -> Any:
+            """Run `func` for real on CPU with every virtual input read as its real values where
+            it has them (warm_values) and as zeros where it is a placeholder. With `to_device`,
+            tensor results come back as CUDA fakes of the shape that computation gave. Counted as
+            a placeholder read unless only floating-point placeholders met real host data (a model
+            output indexed by a real mask: its shape is right, only its values are placeholders)."""
+            placeholders: list[torch.Tensor] = []
+            known = [False]
 
             def host(x: Any) -> Any:
                 if isinstance(x, torch.Tensor) and virtual(x):
+                    real = values.value_of(x)
+                    if real is not None:
+                        known[0] = True
+                        return real
+                    placeholders.append(x)
                     return zeros_like_on_cpu(x)
                 if isinstance(x, torch.device) and x.type == "cuda":
                     return torch.device("cpu")
                 return x
 
-            out = func(*tree_map(host, args), **tree_map(host, kwargs))
+            host_args, host_kwargs = tree_map(host, args), tree_map(host, kwargs)
+            if placeholders and not (known[0] and all(p.is_floating_point() for p in placeholders)):
+                on_host_read(how)
+            out = func(*host_args, **host_kwargs)
             if not to_device:
                 return out
 
@@ -199,6 +212,9 @@ def allow_fake_param_moves() -> None:
                 t.constant = None
 
     def swap_tensors(t1: torch.Tensor, t2: torch.Tensor) -> None:
+        from pcompile.compat import warm_values
+
+        warm_values.forget(t1, t2)  # its weak references would make the swap refuse
         for mode in {id(t.fake_mode): t.fake_mode for t in (t1, t2) if is_fake(t)}.values():
             forget(mode, (t1, t2))
         return original(t1, t2)

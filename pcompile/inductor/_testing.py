@@ -70,9 +70,9 @@ eager = torch.cat([p.detach().flatten() for p in reference.parameters()]).tolist
 out = {"losses": [float(v).hex() for v in losses], "params": [float(v).hex() for v in params],
        "loss_values": losses, "param_values": params, "eager_param_values": eager}
 try:
-    from pcompile.inductor import flight, hooks
+    from pcompile.inductor import store_gateway, hooks
     out["hooks"] = {"active": hooks.state.active, "layers": list(hooks.state.layers)}
-    out["held"] = flight.held_keys()
+    out["held"] = store_gateway.held_keys()
 except Exception as exc:
     out["hooks"] = {"error": repr(exc)}
 print("''' + RESULT_MARK + '''" + json.dumps(out), flush=True)

@@ -12,14 +12,12 @@ the backward being lowered with the forward, see compat/lazy_backward.py).
 from __future__ import annotations
 
 import contextlib
-import importlib
-import importlib.util
 import os
 import re
 from typing import Any, Iterator
 
-from pcompile.compat import gate
-from pcompile.inductor import backward_ahead, flight, hooks, private_dir
+from pcompile.warn import warn_once
+from pcompile.inductor import backward_ahead, store_gateway, hooks, private_dir
 from pcompile import compat
 from pcompile.inductor.timing import span
 
@@ -49,16 +47,13 @@ if backward_ahead.wanted():
 
 
 def normalize(gm: Any) -> None:
-    """Let graph_normalize (the warm path's key equaliser, built separately) rewrite the graph."""
-    if importlib.util.find_spec("pcompile.inductor.graph_normalize") is None:
-        return
+    """Let graph_normalize (the warm path's key equaliser) rewrite the graph."""
     try:
-        module = importlib.import_module("pcompile.inductor.graph_normalize")
-        fn = getattr(module, "normalize_placeholder_types", None)
-        if callable(fn):
-            fn(gm)
+        from pcompile.inductor import graph_normalize
+
+        graph_normalize.normalize_placeholder_types(gm)
     except Exception as exc:
-        gate.warn_once("normalize", f"pcompile: graph normalisation failed ({type(exc).__name__}: {exc}); "
+        warn_once("normalize", f"pcompile: graph normalisation failed ({type(exc).__name__}: {exc}); "
                        "keys may differ between the warm host and this job")
 
 
@@ -91,7 +86,7 @@ def compile_scope(gm: Any) -> Iterator[None]:
 
         eager = lazy_backward.eager_backward()
     name, cid = _graph_name(gm)
-    with span("graph_compile", name=name, compile_id=cid, backend="pcompile") as ev, flight.scope() as sc, eager, \
+    with span("graph_compile", name=name, compile_id=cid, backend="pcompile") as ev, store_gateway.scope() as sc, eager, \
             backward_ahead.allowed():
         yield
         ev.outcome = sc.outcome

@@ -345,7 +345,7 @@ _first_autograd_seen = False
 
 
 def on_lookup(kind: str, key: str, outcome: str) -> None:
-    """flight calls this. An AOTAutograd entry this process must compile starts the worker (if
+    """store_gateway calls this. An AOTAutograd entry this process must compile starts the worker (if
     start_early did not). If the process's first AOTAutograd entry is in the store or being
     compiled by another process (a hot start, or a rank that waits for another rank), the worker
     started early is let go before it has finished importing for nothing."""

@@ -51,13 +51,13 @@ def _on_lookup(kind: str, key: str, outcome: str) -> None:
 
 
 def _run(job_id: int, data: bytes) -> None:
-    from pcompile.inductor import flight
+    from pcompile.inductor import store_gateway
     from pcompile.compat import backward_graph
 
     _current.update(id=job_id, claimed=False)
     t0 = time.perf_counter()
     try:
-        with flight.scope():
+        with store_gateway.scope():
             backward_graph.compile_shipped(data)
         reply: dict[str, Any] = {"ok": True, "error": ""}
     except BaseException as exc:  # the job's failure is the parent's information, not our exit
@@ -90,7 +90,7 @@ def serve(in_fd: int, out_fd: int) -> int:
     os.environ[BACKWARD_AHEAD.name] = "0"  # never speculate from inside the speculation
     import torch  # noqa: F401
 
-    from pcompile.inductor import flight, hooks
+    from pcompile.inductor import store_gateway, hooks
     from pcompile.pool import protocol
 
     import faulthandler
@@ -100,7 +100,7 @@ def serve(in_fd: int, out_fd: int) -> int:
     hooks.install_hooks()
     _prewarm()
     faulthandler.cancel_dump_traceback_later()
-    flight.add_listener(_on_lookup)
+    store_gateway.add_listener(_on_lookup)
     _send({"op": "ready", "pid": os.getpid(), "prewarm_s": time.perf_counter() - t0})
     while True:
         try:

@@ -14,7 +14,7 @@ import os
 import time
 from typing import Any, Callable, Sequence
 
-from pcompile.inductor import flight
+from pcompile.inductor import store_gateway
 from pcompile.compat import cpp_compile as compat
 from pcompile.inductor.layer_keys import store_key
 from pcompile.settings import DISABLE
@@ -51,7 +51,7 @@ def _materialise(target: str, data: bytes | None) -> bool:
 
 def _backfill(ikey: str, target: str) -> None:
     """Publish a library only Inductor's local cache holds, so other nodes can get it too."""
-    if flight.present("cpp", ikey):
+    if store_gateway.present("cpp", ikey):
         return
     try:
         with open(target, "rb") as handle:
@@ -59,7 +59,7 @@ def _backfill(ikey: str, target: str) -> None:
     except OSError:
         return
     if data:
-        flight.publish("cpp", ikey, {BLOB: data}, meta={"source": "inductor.cpp", "file": os.path.basename(target), "backfill": True},
+        store_gateway.publish("cpp", ikey, {BLOB: data}, meta={"source": "inductor.cpp", "file": os.path.basename(target), "backfill": True},
                        compile_seconds=0.0, compiled=False)
 
 
@@ -78,7 +78,7 @@ def make_wrapper(original: Callable[[str, Sequence[Any]], None]) -> Callable[[st
             result = original(lock_path, cpp_builders)  # under Inductor's lock: waits out a build in progress
             _backfill(ikey, target)
             return result
-        entry = flight.lookup("cpp", ikey, single_flight=True)
+        entry = store_gateway.lookup("cpp", ikey, single_flight=True)
         if entry is not None and _materialise(target, entry.blobs.get(BLOB)):
             return None
         t0 = time.perf_counter()
@@ -90,12 +90,12 @@ def make_wrapper(original: Callable[[str, Sequence[Any]], None]) -> Callable[[st
             except OSError:
                 data = b""
             if data:
-                flight.publish("cpp", ikey, {BLOB: data}, meta={"source": "inductor.cpp", "file": os.path.basename(target)},
+                store_gateway.publish("cpp", ikey, {BLOB: data}, meta={"source": "inductor.cpp", "file": os.path.basename(target)},
                                compile_seconds=time.perf_counter() - t0)
             return result
         finally:
             try:
-                flight.release(store_key("cpp", ikey)[0])
+                store_gateway.release(store_key("cpp", ikey)[0])
             except Exception:
                 pass
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 
 from pcompile.config import Settings
-from pcompile.compat.gate import warn_once
+from pcompile.warn import warn_once
 
 ENV_INDUCTOR_DIR = "TORCHINDUCTOR_CACHE_DIR"
 ENV_TRITON_DIR = "TRITON_CACHE_DIR"

@@ -16,6 +16,7 @@ import logging
 import threading
 
 from pcompile.compat import gate
+from pcompile.warn import warn_once
 from pcompile.inductor import env
 from pcompile import compat
 from pcompile.settings import DEBUG_FX_KEYS, DISABLE, INDUCTOR_LOCAL_CACHES
@@ -56,7 +57,7 @@ def install_hooks() -> bool:
         try:
             env.set_cache_dirs()
         except Exception as exc:
-            gate.warn_once("env", f"pcompile: cannot resolve the cache directory ({exc}); compiling with stock Inductor")
+            warn_once("env", f"pcompile: cannot resolve the cache directory ({exc}); compiling with stock Inductor")
             return False
         layers: list[str] = []
         stock: dict[str, str] = {}
@@ -70,7 +71,7 @@ def install_hooks() -> bool:
         state.active = bool(layers)
         if stock:
             detail = "; ".join(f"{layer}: {why}" for layer, why in sorted(stock.items()))
-            gate.warn_once("partial", f"pcompile: these cache layers stay stock in this torch/triton ({detail}); "
+            warn_once("partial", f"pcompile: these cache layers stay stock in this torch/triton ({detail}); "
                            "the other layers are cached. Please report this with your torch and triton versions")
         log.info("pcompile: hooks on for %s", ", ".join(layers) or "nothing")
         _install_pool()
@@ -86,10 +87,10 @@ def _install_remote(layers: list[str], stock: dict[str, str]) -> None:
         for layer in ("graph", "autograd", "autotune"):
             stock[layer] = reason
         return
-    from pcompile.inductor import remote_backend
+    from pcompile.inductor import store_adapter
     from pcompile.compat import remote_cache
 
-    remote_backend.install()
+    store_adapter.install()
     # Inductor's own local caches stay in front of the store only when asked (compat/remote_cache.py)
     keep_local = bool(INDUCTOR_LOCAL_CACHES.get())
     state.flags = remote_cache.enable_flags(replace_local=not keep_local)
@@ -129,24 +130,18 @@ def _install_device_index() -> None:
 
     reason = device_index.install()
     if reason is not None and device_index.enabled():
-        gate.warn_once("device_index", f"pcompile: entries stay per GPU index in this torch ({reason}); "
+        warn_once("device_index", f"pcompile: entries stay per GPU index in this torch ({reason}); "
                        "ranks on other GPUs of a node compile their own")
 
 
 def _install_pool() -> None:
-    """Let the compile pool (pcompile.inductor.pool_install, built separately) hook in, if present."""
-    import importlib.util
-
-    if importlib.util.find_spec("pcompile.inductor.pool_install") is None:
-        return
+    """Let the compile pool (pool_install.py) hook in."""
     try:
-        import pcompile.inductor.pool_install as pool_install
+        from pcompile.inductor import pool_install
 
-        install = getattr(pool_install, "install_pool", None) or getattr(pool_install, "install", None)
-        if callable(install):
-            install()
+        pool_install.install_pool()
     except Exception as exc:
-        gate.warn_once("pool", f"pcompile: the compile pool could not start ({type(exc).__name__}: {exc}); compiling in-process")
+        warn_once("pool", f"pcompile: the compile pool could not start ({type(exc).__name__}: {exc}); compiling in-process")
 
 
 def _install_backward_ahead() -> None:
@@ -159,14 +154,14 @@ def _install_backward_ahead() -> None:
         return
     reason = compat.check("backward_graph")
     if reason is not None:
-        gate.warn_once("backward_graph", f"pcompile: backward graphs compile after their forward in this torch ({reason})")
+        warn_once("backward_graph", f"pcompile: backward graphs compile after their forward in this torch ({reason})")
         return
     from pcompile.compat import backward_graph
 
     backward_graph.install(backward_ahead.on_partition, backward_ahead.around_backward)
-    from pcompile.inductor import flight
+    from pcompile.inductor import store_gateway
 
-    flight.add_listener(backward_ahead.on_lookup)
+    store_gateway.add_listener(backward_ahead.on_lookup)
     backward_ahead.start_early()
 
 
@@ -183,9 +178,9 @@ def uninstall_hooks() -> None:
     """Back to stock (tests). Environment variables pcompile set are left as they are."""
     with _lock:
         if compat.check("remote_cache") is None:
-            from pcompile.inductor import remote_backend
+            from pcompile.inductor import store_adapter
 
-            remote_backend.uninstall()
+            store_adapter.uninstall()
         if compat.check("cpp_compile") is None:
             from pcompile.inductor import cpp_cache
 

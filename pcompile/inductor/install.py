@@ -61,9 +61,9 @@ def install() -> bool:
     if not hooks.install_hooks():
         return False
     if not route_default_backend():
-        from pcompile.compat import gate
+        from pcompile.warn import warn_once
 
-        gate.warn_once("route", "pcompile: cannot route torch.compile's default backend in this torch; "
+        warn_once("route", "pcompile: cannot route torch.compile's default backend in this torch; "
                        "use torch.compile(m, backend='pcompile') (the caches are on either way)")
     return True
 

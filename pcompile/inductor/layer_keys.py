@@ -11,15 +11,22 @@ Inductor's compile workers, which is why only the graph layers probe the device:
 - autotune: software only. Lookups run inside compile workers, where probing CUDA is unsafe;
   the key torch passes already holds backend_hash (Triton, ptxas, arch) and the kernel source
   (which embeds the SM count and compute capability).
-- kernel (Triton): software only, for the same reason; Triton's hash holds arch and ptxas.
+- kernel (Triton, through Triton's cache manager): software only, for the same reason;
+  Triton's hash holds arch and ptxas.
+- kernel (Triton, a compile-pool job: `pool_kernel_key`): the kernel source as for cuda:0, with
+  the target from its DeviceProperties, ptxas, the job's config, libdevice and Triton's env.
 - kernel (C++): software + the C++ compiler's version; Inductor's key holds the command line.
 """
 from __future__ import annotations
 
+import functools
+import json
 import threading
+from typing import Any
 
 from pcompile.keys import Key, KeyInputs, Target, fingerprint, make_key
 from pcompile.keys import versions
+from pcompile.keys.key import canonical_json
 
 _lock = threading.Lock()
 _cache: dict[str, dict[str, str]] = {}
@@ -80,7 +87,61 @@ def store_key(kind: str, inductor_key: str) -> tuple[Key, KeyInputs]:
     return make_key(LAYER_OF[kind], inductor_key, layer_fingerprint(kind))
 
 
+#: The artifact a pool kernel entry holds: the stock worker's pickled return value.
+POOL_KERNEL_ARTIFACT = "inductor-triton-worker-result-v1"
+_pool_cache: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, str]] = {}
+_pool_lock = threading.Lock()  # held while probing: one probe, however many waiter threads ask
+
+
+@functools.lru_cache(maxsize=8)
+def _file_digest(path: str) -> str:
+    import xxhash
+
+    try:
+        with open(path, "rb") as f:
+            return xxhash.xxh3_64_hexdigest(f.read())
+    except OSError:
+        return "unreadable"
+
+
+def pool_kernel_key(source: str, extra_env: dict[str, Any], extra_config: dict[str, Any]) -> tuple[Key, KeyInputs, dict[str, str]]:
+    """The key of a Triton job Inductor hands its compile pool. The target comes from the
+    DeviceProperties in the source (what Triton really compiles for), not from this host, so a
+    CPU-only warm host and the GPU job agree. The source is hashed as for cuda:0 (its
+    DeviceProperties index is the only difference between GPUs of one board), so every rank of a
+    node shares one entry; a result is bound to the requesting kernel's index when it is
+    resolved (device_index.py)."""
+    from pcompile.compat import pool_hook
+    from pcompile.inductor import device_index
+
+    device = pool_hook.device_of(source)
+    arch = (f"sm_{device[1]}" if device[0] == "cuda" else f"{device[0]}_{device[1]}") if device else "unknown"
+    libdevice = extra_env.get("TRITON_LIBDEVICE_PATH")
+    extra = {
+        "artifact": POOL_KERNEL_ARTIFACT,
+        "extra_config": canonical_json(extra_config).decode(),
+        "libdevice": _file_digest(libdevice) if libdevice else "bundled",
+        "triton_env": json.dumps(pool_hook.triton_env(), sort_keys=True),
+    }
+    fp = pool_kernel_fingerprint(arch, tuple(sorted(extra.items())))
+    key, inputs = make_key("kernel", device_index.kernel_key_source(source), fp)
+    return key, inputs, fp
+
+
+def pool_kernel_fingerprint(arch: str, extra: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """Memoised: the first probe (triton_key, ptxas --version) costs ~0.5 s, and 64 waiter
+    threads computing it at once would each pay it under the GIL."""
+    cache_key = (arch, extra)
+    with _pool_lock:
+        fp = _pool_cache.get(cache_key)
+        if fp is None:
+            fp = _pool_cache[cache_key] = fingerprint(Target(arch, ""), extra=dict(extra), ptxas=True)
+    return dict(fp)
+
+
 def reset() -> None:
     """Forget cached fingerprints (tests that change PCOMPILE_TARGET_* in-process)."""
     with _lock:
         _cache.clear()
+    with _pool_lock:
+        _pool_cache.clear()

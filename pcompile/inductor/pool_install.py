@@ -8,8 +8,8 @@ while lowering continues, and the module-load calls), it:
    DeviceProperties, ptxas=True, extra={artifact, extra_config, libdevice})),
 2. calls `store.get_or_compute(key, compile)`: a hit in any tier returns the stored pickle; a
    miss takes the single-flight lease, so each kernel compiles once across ranks and hosts,
-3. compiles on the pool chosen by PCOMPILE_POOL: `node` (default: this node's shared daemon),
-   `ray` / `ray://ADDRESS` (CPU-only Ray actors), `local` (threads in this process),
+3. compiles on the pool chosen by PCOMPILE_POOL (pool/choose.py): `node` (default: this node's
+   shared daemon), `ray` / `ray://ADDRESS` (CPU-only Ray actors), `local` (threads in this process),
 4. stores exactly what the stock worker returns, pickled, and resolves Inductor's future with
    the unpickled `(CachingAutotuner, elapsed_us)`, so Inductor's own `get_result` runs unchanged.
 
@@ -30,62 +30,25 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
 from pcompile.config import Settings
-from pcompile.inductor import device_index, triton_jobs
+from pcompile.inductor import device_index, layer_keys, triton_jobs
 from pcompile.compat import pool_hook
-from pcompile.keys import Target, fingerprint, make_key
-from pcompile.keys.key import Key, KeyInputs, canonical_json
-from pcompile.pool.client import warn_once
+from pcompile.keys.key import Key, KeyInputs
+from pcompile.warn import warn_once
+from pcompile.pool import choose
+from pcompile.pool.choose import job_timeout, local_threads, pool_kind, start_pool
 from pcompile.pool.errors import JobTimedOut, PoolError, WorkerCrashed
-from pcompile.settings import POOL, POOL_EAGER, POOL_IDLE_EXIT, POOL_JOB_TIMEOUT, POOL_WORKER, RAY_ACTORS
+from pcompile.settings import POOL_EAGER, POOL_WORKER
 
 log = logging.getLogger("pcompile.inductor.pool")
 
-ARTIFACT = "inductor-triton-worker-result-v1"
 BLOB = "result"
 WORKER_PRELOAD = (*pool_hook.WORKER_MODULES, "pcompile.inductor.triton_jobs", "pcompile.inductor.worker_prewarm")
 
 
 def daemon_options() -> Any:
-    """How this process would start the node daemon (also used by `pcompile warm`, which starts
-    it before its sandboxed child can: a daemon must never live in the warm's file sandbox)."""
-    from pcompile.pool.launcher import DaemonOptions
-
-    return DaemonOptions(idle_exit=POOL_IDLE_EXIT.get(), job_timeout=POOL_JOB_TIMEOUT.get(), preload=WORKER_PRELOAD)
-
-
-def pool_kind(raw: str | None = None) -> tuple[str, str | None]:
-    """('node'|'ray'|'local'|'off', ray address or None) from PCOMPILE_POOL (or `raw`)."""
-    kind = POOL.get() if raw is None else POOL.get({POOL.name: raw})
-    if kind.startswith("ray://"):
-        return "ray", kind
-    return kind, None
-
-
-class _LocalPool:
-    """`local` mode and the fallback for everything: threads in this process."""
-
-    def __init__(self, workers: int) -> None:
-        self._exec = ThreadPoolExecutor(max(1, workers), thread_name_prefix="pcompile-compile")
-        self.mode = "local"
-
-    def submit_job(self, fn: Callable[..., Any], args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None, *, fallback: Callable[[], Any] | None = None, **_: Any) -> Future:
-        if fallback is not None:
-            return self._exec.submit(fallback)
-        return self._exec.submit(fn, *args, **(kwargs or {}))
-
-    def shutdown(self, wait: bool = True, **_: Any) -> None:
-        self._exec.shutdown(wait=wait)
-
-
-@functools.lru_cache(maxsize=8)
-def _file_digest(path: str) -> str:
-    import xxhash
-
-    try:
-        with open(path, "rb") as f:
-            return xxhash.xxh3_64_hexdigest(f.read())
-    except OSError:
-        return "unreadable"
+    """How this process would start the node daemon (pool/choose.py; `pcompile warm` starts it
+    before its sandboxed child can: a daemon must never live in the warm's file sandbox)."""
+    return choose.daemon_options(WORKER_PRELOAD)
 
 
 class KernelRouter:
@@ -98,35 +61,20 @@ class KernelRouter:
         self.settings = settings or Settings.from_env()
         self.kind = kind
         self._store = store
-        self.timeout = POOL_JOB_TIMEOUT.get()
+        self.timeout = job_timeout()
         self.counts = {"hit": 0, "waited": 0, "compiled": 0, "uncached": 0, "fallback": 0}
         self._counts_lock = threading.Lock()
         self._waiters = ThreadPoolExecutor(64, thread_name_prefix="pcompile-kernel")
         self._fp_lock = threading.Lock()
-        self._fp_cache: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, str]] = {}
         self._warming = False
         self.eager = eager
         self.jobs = self._make_pool(kind, address)
 
     # -- pools ---------------------------------------------------------------------------
     def _make_pool(self, kind: str, address: str | None) -> Any:
-        if kind == "ray":
-            try:
-                from pcompile.pool.ray_pool import RayPool
-
-                actors = RAY_ACTORS.get() or None
-                # Remote actors use their own cache dirs: the parent's absolute paths mean nothing there.
-                return RayPool(address, actors=actors, job_timeout=self.timeout, preload=WORKER_PRELOAD)
-            except Exception as exc:
-                warn_once("ray-import", f"pcompile: Ray pool unavailable ({type(exc).__name__}: {exc}); using the node pool")
-                kind = self.kind = "node"
-        if kind == "node":
-            from pcompile.pool.client import NodePool
-
-            options = daemon_options()
-            options.job_timeout = self.timeout
-            return NodePool(self.settings.cache_dir, options, local_workers=_local_threads(), connect_now=self.eager)
-        return _LocalPool(_local_threads())
+        pool, self.kind = start_pool(kind, address, cache_dir=self.settings.cache_dir, timeout=self.timeout,
+                                     preload=WORKER_PRELOAD, eager=self.eager)
+        return pool
 
     @property
     def store(self) -> Any:
@@ -138,38 +86,13 @@ class KernelRouter:
 
     # -- keys ----------------------------------------------------------------------------
     def key_for(self, job: Any) -> tuple[Key, KeyInputs, dict[str, str]]:
-        """The kernel's key. The target comes from the DeviceProperties in the source (what
-        Triton really compiles for), not from this host, so a CPU-only warm host and the GPU
-        job agree. The source is hashed as for cuda:0 (its DeviceProperties index is the only
-        difference between GPUs of one board), so every rank of a node shares one entry; a result
-        is bound to the requesting kernel's index when it is resolved (device_index.py)."""
-        device = self.hook.device_of(job.source)
-        arch = (f"sm_{device[1]}" if device[0] == "cuda" else f"{device[0]}_{device[1]}") if device else "unknown"
-        libdevice = job.extra_env.get("TRITON_LIBDEVICE_PATH")
-        extra = {
-            "artifact": ARTIFACT,
-            "extra_config": canonical_json(job.extra_config).decode(),
-            "libdevice": _file_digest(libdevice) if libdevice else "bundled",
-            "triton_env": json.dumps(self.hook.triton_env(), sort_keys=True),
-        }
-        fp = self._fingerprint(arch, tuple(sorted(extra.items())))
-        key, inputs = make_key("kernel", device_index.kernel_key_source(job.source), fp)
-        return key, inputs, fp
-
-    def _fingerprint(self, arch: str, extra: tuple[tuple[str, str], ...]) -> dict[str, str]:
-        """Memoised: the first probe (triton_key, ptxas --version) costs ~0.5 s, and 64 waiter
-        threads computing it at once would each pay it under the GIL."""
-        cache_key = (arch, extra)
-        with self._fp_lock:
-            fp = self._fp_cache.get(cache_key)
-            if fp is None:
-                fp = self._fp_cache[cache_key] = fingerprint(Target(arch, ""), extra=dict(extra), ptxas=True)
-        return dict(fp)
+        """The kernel's key (layer_keys.pool_kernel_key: one place for every layer's keys)."""
+        return layer_keys.pool_kernel_key(job.source, job.extra_env, job.extra_config)
 
     def warm_up(self) -> None:
         """Run the slow version probes (ptxas, Triton's env) before the first kernel arrives."""
         try:
-            self._fingerprint("warmup", ())
+            layer_keys.pool_kernel_fingerprint("warmup", ())
             self.hook.triton_env()
         except Exception:
             pass
@@ -207,7 +130,7 @@ class KernelRouter:
             key, inputs, fp = self.key_for(job)
             store = self.store
         except Exception as exc:
-            warn_once("store-open", f"pcompile: kernel cache unavailable ({type(exc).__name__}: {exc}); compiling without it")
+            warn_once("kernel-store-open", f"pcompile: kernel cache unavailable ({type(exc).__name__}: {exc}); compiling without it", logger=log)
             self._count("uncached")
             return pickle.loads(self.compile(job, None).data), "compiled"
 
@@ -224,7 +147,7 @@ class KernelRouter:
             entry, outcome = store.get_or_compute(key, compute)
             _emit_lookup(job, key, t0, outcome, entry)
         except (PoolError, OSError) as exc:
-            warn_once("store-compute", f"pcompile: kernel cache failed ({type(exc).__name__}: {exc}); compiling without it")
+            warn_once("store-compute", f"pcompile: kernel cache failed ({type(exc).__name__}: {exc}); compiling without it", logger=log)
             self._count("uncached")
             return pickle.loads(self.compile(job, None).data), "compiled"
         self._count(outcome)
@@ -235,7 +158,7 @@ class KernelRouter:
         try:
             return pickle.loads(entry.blobs[BLOB]), ("compiled" if outcome == "compiled" else "hit")
         except Exception as exc:  # e.g. an entry from an incompatible build that slipped through
-            warn_once("unpickle", f"pcompile: cached kernel {key} does not load here ({type(exc).__name__}: {exc}); recompiling in-process")
+            warn_once("unpickle", f"pcompile: cached kernel {key} does not load here ({type(exc).__name__}: {exc}); recompiling in-process", logger=log)
             self._count("fallback")
             return pickle.loads(triton_jobs.compile_in_process(job).data), "compiled"
 
@@ -244,12 +167,12 @@ class KernelRouter:
         env = None if self.kind == "ray" else job.extra_env
         if self.kind == "ray" and job.extra_env.get("TRITON_LIBDEVICE_PATH"):
             return self._fallback(job)  # a custom libdevice path exists only on this host
-        from pcompile.inductor import flight
+        from pcompile.inductor import store_gateway
 
         future = self.jobs.submit_job(
             triton_jobs.run_triton_job,
             (job.kernel_name, job.source, env, job.extra_config, json.loads(fp["x.triton_env"]) if fp else self.hook.triton_env()),
-            {"untimed": flight.cannot_time()},
+            {"untimed": store_gateway.cannot_time()},
             weight=float(len(job.source)),
             timeout=self.timeout,
             label=job.kernel_name,
@@ -258,10 +181,10 @@ class KernelRouter:
         try:
             result = future.result()
         except (WorkerCrashed, JobTimedOut) as exc:
-            warn_once(f"crash:{job.kernel_name}", f"pcompile: {exc}; compiling {job.kernel_name} in-process instead")
+            warn_once(f"crash:{job.kernel_name}", f"pcompile: {exc}; compiling {job.kernel_name} in-process instead", logger=log)
             return self._fallback(job)
         if fp is not None and not self._same_build(result.software, fp):
-            warn_once("software", f"pcompile: a worker runs other software ({result.software}) than this process; compiling in-process")
+            warn_once("software", f"pcompile: a worker runs other software ({result.software}) than this process; compiling in-process", logger=log)
             return self._fallback(job)
         return result
 
@@ -306,12 +229,6 @@ def _emit_lookup(job: Any, key: Key, start: float, outcome: str, entry: Any) -> 
         pass
 
 
-def _local_threads() -> int:
-    from pcompile.pool.sizing import pool_size
-
-    return pool_size().workers
-
-
 class InductorPool:
     """What `AsyncCompile.process_pool()` returns: `submit(fn, *args, **kwargs) -> Future`."""
 
@@ -331,7 +248,7 @@ class InductorPool:
             return self.router.submit(job)
         with self._lock:
             if self._local is None:
-                self._local = ThreadPoolExecutor(_local_threads(), thread_name_prefix="pcompile-other")
+                self._local = ThreadPoolExecutor(local_threads(), thread_name_prefix="pcompile-other")
         return self._local.submit(fn, *args, **kwargs)
 
     def shutdown(self, wait: bool = True, *args: Any, **kwargs: Any) -> None:
@@ -386,7 +303,7 @@ _listening = False
 
 
 def _on_lookup(kind: str, key: str, outcome: str) -> None:
-    """flight calls this on every lookup: a graph entry this process must build (missed, or
+    """store_gateway calls this on every lookup: a graph entry this process must build (missed, or
     leased to it) means kernels will follow, so the router's probes start now."""
     if kind in _COMPILING and outcome in ("leased", "miss") and _router is not None and _router_pid == os.getpid():
         _router.warm_up_soon()
@@ -395,9 +312,9 @@ def _on_lookup(kind: str, key: str, outcome: str) -> None:
 def _listen_for_first_compile() -> None:
     global _listening
     if not _listening:
-        from pcompile.inductor import flight
+        from pcompile.inductor import store_gateway
 
-        flight.add_listener(_on_lookup)
+        store_gateway.add_listener(_on_lookup)
         _listening = True
 
 
@@ -415,26 +332,23 @@ def install_pool() -> bool:
     with _install_lock:
         try:
             from pcompile.compat import CompatError, pool_hook
+            from pcompile.compat.gate import unsupported_reason
 
-            try:
-                from pcompile.compat.gate import unsupported_reason
-            except ImportError:  # the gate module is the backend helper's; tolerate its absence
-                unsupported_reason = lambda: None  # noqa: E731
             reason = unsupported_reason()
             if reason:
-                warn_once("pool-gate", f"pcompile: {reason}; Triton kernels compile with stock Inductor")
+                warn_once("pool-gate", f"pcompile: {reason}; Triton kernels compile with stock Inductor", logger=log)
                 return False
             try:
                 pool_hook.check()
             except CompatError as exc:
-                warn_once("pool-compat", f"pcompile: Inductor's compile pool API changed ({exc}); Triton kernels compile with stock Inductor")
+                warn_once("pool-compat", f"pcompile: Inductor's compile pool API changed ({exc}); Triton kernels compile with stock Inductor", logger=log)
                 return False
             if pool_hook.ensure_compile_threads() <= 1:
                 return False  # the user asked for serial compiles
             if pool_hook.thread_workers():
                 warn_once("pool-threads", "pcompile: Inductor compiles Triton kernels on threads here (compile_worker_mode "
                           "'thread' or free-threaded Python), not through a process pool: pcompile's pool is not used; "
-                          "kernels still go through the store")
+                          "kernels still go through the store", logger=log)
                 return False
             pool_hook.set_ptxas_path()
             if pool_hook.installed():
@@ -445,7 +359,7 @@ def install_pool() -> bool:
             pool_hook.prime_ready()
             return True
         except Exception as exc:  # never break a compile over the pool
-            warn_once("pool-install", f"pcompile: could not install the compile pool ({type(exc).__name__}: {exc}); using stock Inductor")
+            warn_once("pool-install", f"pcompile: could not install the compile pool ({type(exc).__name__}: {exc}); using stock Inductor", logger=log)
             return False
 
 
@@ -468,4 +382,4 @@ def counts() -> dict[str, int]:
     return dict(_router.counts) if _router is not None else {}
 
 
-__all__ = ["InductorPool", "KernelRouter", "counts", "install_pool", "pool_kind", "router", "uninstall_pool"]
+__all__ = ["InductorPool", "KernelRouter", "counts", "install_pool", "router", "uninstall_pool"]

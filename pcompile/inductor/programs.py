@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pcompile import compat
-from pcompile.inductor import flight
-from pcompile.compat.gate import warn_once
+from pcompile.inductor import store_gateway
+from pcompile.warn import warn_once
 from pcompile.inductor.timing import emit, now, span
 from pcompile.settings import PROGRAMS
 
@@ -93,7 +93,7 @@ def install() -> bool:
         dynamo_package.install(_Hooks())
         _state.installed = True
         atexit.register(_flush_pending)
-        flight.add_publish_listener(_on_publish)
+        store_gateway.add_publish_listener(_on_publish)
         return True
 
 
@@ -206,7 +206,7 @@ class _Hooks:
         with _lock:
             _state.keys[code_id] = source
             _state.names[code_id] = name
-        entry = flight.lookup(KIND, source, single_flight=False)
+        entry = store_gateway.lookup(KIND, source, single_flight=False)
         if entry is None:
             _count("missed")
             return None
@@ -350,7 +350,7 @@ def _save(code_id: int, package: Any) -> None:
             dispatch = _state.dispatch.get(code_id)
         if dispatch is not None:
             blobs[DISPATCH_BLOB] = json.dumps(dispatch).encode()
-        ok = flight.publish(KIND, source, blobs, meta={"name": name, "source": "pcompile.programs",
+        ok = store_gateway.publish(KIND, source, blobs, meta={"name": name, "source": "pcompile.programs",
                                                               "backends": dynamo_entries.backend_ids(program)},
                             compiled=False)
         ev.outcome = "stored" if ok else "not stored"

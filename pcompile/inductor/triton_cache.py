@@ -25,7 +25,7 @@ import os
 import weakref
 from typing import Any
 
-from pcompile.inductor import flight
+from pcompile.inductor import store_gateway
 from pcompile.compat import triton_cache_manager as compat
 from pcompile.settings import DISABLE
 
@@ -58,7 +58,7 @@ class StoreCacheManager(compat.file_cache_manager()):  # type: ignore[misc]
         if found is not None or self._local_only:
             return found
         ikey = _inductor_key(self.key, filename)
-        entry = flight.lookup("triton", ikey, single_flight=True)
+        entry = store_gateway.lookup("triton", ikey, single_flight=True)
         if entry is None:
             self._lease_until_done(ikey)
             return None
@@ -68,7 +68,7 @@ class StoreCacheManager(compat.file_cache_manager()):  # type: ignore[misc]
         found = super().get_file(filename)
         if found is not None or self._local_only or not _is_native_module(filename):
             return found
-        entry = flight.lookup("triton", _inductor_key(self.key, filename), single_flight=False)
+        entry = store_gateway.lookup("triton", _inductor_key(self.key, filename), single_flight=False)
         data = None if entry is None else entry.blobs.get(filename)
         if data is None:
             return None
@@ -77,7 +77,7 @@ class StoreCacheManager(compat.file_cache_manager()):  # type: ignore[misc]
     def put(self, data: Any, filename: str, binary: bool = True) -> str:
         path = super().put(data, filename, binary=binary)
         if not self._local_only and _is_native_module(filename) and isinstance(data, bytes):
-            flight.publish("triton", _inductor_key(self.key, filename), {filename: data},
+            store_gateway.publish("triton", _inductor_key(self.key, filename), {filename: data},
                            meta={"source": "triton", "triton_hash": self.key, "file": filename, "native_module": True},
                            compiled=True)
         return path
@@ -86,10 +86,10 @@ class StoreCacheManager(compat.file_cache_manager()):  # type: ignore[misc]
         from pcompile.inductor.layer_keys import store_key
 
         name = str(store_key("triton", ikey)[0])
-        lease = flight.held_lease(name)
+        lease = store_gateway.held_lease(name)
         if lease is not None:
             self._leased = name
-            weakref.finalize(self, flight.release, name, lease)
+            weakref.finalize(self, store_gateway.release, name, lease)
 
     def _materialise(self, filename: str, blobs: dict[str, bytes]) -> dict[str, str] | None:
         group: dict[str, str] = {}
@@ -108,14 +108,14 @@ class StoreCacheManager(compat.file_cache_manager()):  # type: ignore[misc]
         for name, child in group.items():
             data = _read(child)
             if data is None:
-                flight.release(self._leased or "")
+                store_gateway.release(self._leased or "")
                 return path  # a file vanished under us: publish nothing rather than half a kernel
             blobs[os.path.basename(name)] = data
         meta = {"source": "triton", "triton_hash": self.key, "group": filename, "files": sorted(blobs)}
         target = _target_of(blobs.get(filename))
         if target:
             meta["target"] = target
-        flight.publish("triton", _inductor_key(self.key, filename), blobs, meta=meta)
+        store_gateway.publish("triton", _inductor_key(self.key, filename), blobs, meta=meta)
         self._leased = None
         return path
 

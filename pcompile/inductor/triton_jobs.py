@@ -11,7 +11,7 @@ import dataclasses
 from typing import Any
 
 from pcompile.compat import pool_hook
-from pcompile.inductor import flight
+from pcompile.inductor import store_gateway
 from pcompile.keys.versions import build_software
 
 
@@ -29,7 +29,7 @@ def run_triton_job(
     The router counted this kernel's look-up, so the worker's own (Triton's cubin per config) are
     inner (store/hits.py); `untimed` carries the requester's "cannot time kernels" (a warm) into a
     shared worker, whose own environment says nothing about the requester."""
-    with flight.inside("kernel", untimed=untimed):
+    with store_gateway.inside("kernel", untimed=untimed):
         result = pool_hook.run_triton_job(kernel_name, source, extra_env, extra_config, triton_env_wanted)
     return dataclasses.replace(result, software=build_software(pool_hook.arch_of(source)))
 
@@ -37,6 +37,6 @@ def run_triton_job(
 def compile_in_process(job: pool_hook.TritonJob) -> pool_hook.TritonResult:
     """The parent's fallback: pool_hook.compile_in_process with the same software report (and,
     like a worker's, its cubin look-ups inner)."""
-    with flight.inside("kernel"):
+    with store_gateway.inside("kernel"):
         result = pool_hook.compile_in_process(job)
     return dataclasses.replace(result, software=build_software(pool_hook.arch_of(job.source)))

@@ -28,10 +28,10 @@ def _prewarm() -> None:
         pass
     try:
         from pcompile import compat
-        from pcompile.inductor import remote_backend
+        from pcompile.inductor import store_adapter
 
         if compat.check("remote_cache") is None:
-            remote_backend.install()
+            store_adapter.install()
     except Exception:  # autotune results then stay out of the store for pool-compiled kernels
         pass
 

@@ -39,23 +39,12 @@ from pcompile.pool.errors import JobTimedOut, PoolUnavailable, WorkerCrashed
 from pcompile.pool.launcher import DaemonOptions, connect, connect_or_start
 from pcompile.pool.paths import PoolPaths
 from pcompile.pool.base import JobPool
+from pcompile.warn import warn_once
 
 log = logging.getLogger("pcompile.pool")
 
 MAX_RESUBMITS = 2  # a job whose daemon vanished is resent this often, then run in-process
 RETRY_START_AFTER = 60.0  # after a failed start, run in-process this long before trying again
-
-_warned: set[str] = set()
-_warn_lock = threading.Lock()
-
-
-def warn_once(tag: str, message: str) -> None:
-    with _warn_lock:
-        if tag in _warned:
-            return
-        _warned.add(tag)
-    log.warning("%s", message)
-
 
 class RemoteTraceback(Exception):
     """Carries the worker-side traceback as the __cause__ of a re-raised job exception."""
@@ -261,7 +250,7 @@ class NodePool(JobPool):
                 self._connecting = False
                 self._last_error = str(exc)
                 self._local_until = time.monotonic() + RETRY_START_AFTER
-            warn_once(f"unavailable:{self.cache_dir}", f"pcompile: compile pool unavailable ({exc}); compiling in-process")
+            warn_once(f"unavailable:{self.cache_dir}", f"pcompile: compile pool unavailable ({exc}); compiling in-process", logger=log)
             self._pump()
             return
         except Exception as exc:  # never let a bug here strand jobs
@@ -269,7 +258,7 @@ class NodePool(JobPool):
                 self._connecting = False
                 self._last_error = f"{type(exc).__name__}: {exc}"
                 self._local_until = time.monotonic() + RETRY_START_AFTER
-            warn_once(f"unavailable:{self.cache_dir}", f"pcompile: compile pool failed ({type(exc).__name__}: {exc}); compiling in-process")
+            warn_once(f"unavailable:{self.cache_dir}", f"pcompile: compile pool failed ({type(exc).__name__}: {exc}); compiling in-process", logger=log)
             self._pump()
             return
         conn = _Connection(sock, hello)
@@ -315,7 +304,7 @@ class NodePool(JobPool):
         except OSError:
             pass
         for p in local:
-            warn_once("lost", f"pcompile: lost the compile daemon {MAX_RESUBMITS} times running {p.label}; compiling in-process")
+            warn_once("lost", f"pcompile: lost the compile daemon {MAX_RESUBMITS} times running {p.label}; compiling in-process", logger=log)
             self._run_local(p)
         self._pump()
 
@@ -370,7 +359,7 @@ class NodePool(JobPool):
                 elif kind == "timeout":
                     p.future.set_exception(JobTimedOut(error))
                 else:  # the daemon could not run it at all (no worker would start, shutting down)
-                    warn_once(f"daemon-unavailable:{kind}", f"pcompile: the compile daemon could not run {p.label} ({error}); compiling in-process")
+                    warn_once(f"daemon-unavailable:{kind}", f"pcompile: the compile daemon could not run {p.label} ({error}); compiling in-process", logger=log)
                     self._run_local(p)
         except Exception as exc:  # e.g. a result that does not unpickle here
             if not p.future.done():

@@ -29,7 +29,8 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
-from pcompile.pool.client import RemoteTraceback, warn_once
+from pcompile.pool.client import RemoteTraceback
+from pcompile.warn import warn_once
 from pcompile.pool.errors import JobTimedOut, PoolUnavailable, WorkerCrashed
 from pcompile.pool.base import JobPool
 
@@ -271,7 +272,7 @@ class RayPool(JobPool):
     def _fail_all(self, reason: str) -> None:
         if self._failed is not None:
             return
-        warn_once(f"ray:{self.address}", f"pcompile: Ray pool unavailable ({reason}); compiling in-process")
+        warn_once(f"ray:{self.address}", f"pcompile: Ray pool unavailable ({reason}); compiling in-process", logger=log)
         with self._lock:
             self._failed = reason
             jobs = [job for _, _, job in self._backlog]

@@ -16,14 +16,6 @@ if TYPE_CHECKING:
     from pcompile.store.remote import RemoteOptions
 
 
-class RemoteUnavailable(PcompileError):
-    """The remote did not answer (or is being skipped). Reads treat it as a miss."""
-
-    def __init__(self, message: str, *, skipped: bool = False) -> None:
-        super().__init__(message)
-        self.skipped = skipped
-
-
 class RemoteBackend(Tier):
     """A remote store's byte primitives. Every network round trip goes through `self.io`.
 

@@ -1,7 +1,7 @@
 """One definition of a hit per layer, for every place that shows one: the warm summary,
 `pcompile stats`, `pcompile report` and `warm --check`.
 
-A lookup is accounted once per layer, where pcompile answers it (`inductor/flight.py`, and the
+A lookup is accounted once per layer, where pcompile answers it (`inductor/store_gateway.py`, and the
 kernel router in `inductor/pool_install.py`), as one of:
 
 - `hit`: the artifact came from the store (or from another process's compile, waited for);

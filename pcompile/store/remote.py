@@ -31,11 +31,12 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from pcompile import settings as env
+from pcompile import warn
 from pcompile.config import Settings
-from pcompile.errors import CorruptEntryError, PcompileError
+from pcompile.errors import CorruptEntryError, PcompileError, RemoteUnavailable
 from pcompile.keys.key import Key
 from pcompile.store.background import BackgroundWriter, DeadlineExceeded, DeadlineRunner, at_exit, set_exit_flush_seconds
-from pcompile.store.backend import RemoteBackend, RemoteUnavailable, open_backend
+from pcompile.store.backend import RemoteBackend, open_backend
 from pcompile.store.breaker import CircuitBreaker
 from pcompile.store.entry import Entry, Manifest
 from pcompile.store.tier import Capabilities, Tier, TrustCheck
@@ -108,7 +109,6 @@ class RemoteTier(Tier):
         self.counters: dict[str, float] = {}
         self._counters_lock = threading.Lock()
         self.stats: "Stats | None" = None
-        self._warned = False
         self._misses: dict[str, float] = {}
         self.capabilities = Capabilities(node_fetch_wait=options.fetch_wait)
         self.writer = BackgroundWriter(
@@ -159,11 +159,8 @@ class RemoteTier(Tier):
             self.stats.tier(self.name, **delta)
 
     def _warn(self, message: str) -> None:
-        with self._counters_lock:  # reader and writer threads may fail at the same moment
-            if self._warned:
-                return
-            self._warned = True
-        log.warning("%s", message)
+        """One warning per remote tier: after it the job carries on with its local tiers."""
+        warn.warn_once(f"remote-{id(self)}", message, logger=log)
 
     # -- the guarded round trip -------------------------------------------------------------
     def _warn_if_peer_opened(self) -> None:

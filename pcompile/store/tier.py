@@ -12,6 +12,7 @@ import logging
 import threading
 from typing import Callable, Iterator
 
+from pcompile import warn
 from pcompile.errors import CorruptEntryError
 from pcompile.keys.key import Key
 from pcompile.store.entry import Entry, Manifest, blob_hash, verify_blob
@@ -24,16 +25,9 @@ TrustCheck = Callable[[Manifest], None]
 #: Returns the manifest with a signature attached. None: publish unsigned.
 Signer = Callable[[Manifest], Manifest]
 
-_reported: set[tuple[str, str]] = set()
-_reported_lock = threading.Lock()
-
-
 def report_once(tier: str, key: str, message: str) -> None:
-    with _reported_lock:
-        if (tier, key) in _reported:
-            return
-        _reported.add((tier, key))
-    log.warning("%s tier: %s; not loaded, will recompile", tier, message)
+    """One line per bad entry per tier and process."""
+    warn.warn_once(f"bad-entry:{tier}:{key}", f"{tier} tier: {message}; not loaded, will recompile", logger=log)
 
 
 _housekeeping = threading.local()

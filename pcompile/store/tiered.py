@@ -7,6 +7,7 @@ A tier that fails is logged once and skipped: pcompile never fails a job over it
 from __future__ import annotations
 
 import errno
+import itertools
 import logging
 import os
 import threading
@@ -14,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from pcompile import warn
 from pcompile.config import Settings
 from pcompile.errors import PcompileError, StoreWriteError
 from pcompile.keys.key import Key
@@ -26,6 +28,7 @@ from pcompile.store.tier import Tier
 log = logging.getLogger("pcompile.store")
 
 _GC_EVERY_PUTS = 200
+_store_ids = itertools.count()
 
 
 class Store:
@@ -40,7 +43,7 @@ class Store:
         self.stats = stats or Stats(settings.cache_dir / "stats")
         self.local = tiers[0]
         self._puts = 0
-        self._warned: set[str] = set()
+        self._uid = next(_store_ids)
         self._down: set[Tier] = set()
         self._gc_asked = 0.0
         #: Called as fn(errno, detail) when the local tier's dir fails (full, read-only, gone) or
@@ -65,9 +68,7 @@ class Store:
 
     def warn_once(self, tag: str, message: str) -> None:
         """One line per problem per store: a flaky tier must not flood a training log."""
-        if tag not in self._warned:
-            self._warned.add(tag)
-            log.warning("%s", message)
+        warn.warn_once(f"store-{self._uid}:{tag}", message, logger=log)
 
     # -- construction --------------------------------------------------------------------
     @staticmethod

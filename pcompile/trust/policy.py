@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from pcompile.trust.keys import Ed25519Private, Ed25519Public, HmacKey, load_hmac, load_signing_key, load_verify_keys
+from pcompile.trust.signing_keys import Ed25519Private, Ed25519Public, HmacKey, load_hmac, load_signing_key, load_verify_keys
 from pcompile.trust.signing import Manifest, ManifestSigner, ManifestVerifier
 
 

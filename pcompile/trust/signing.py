@@ -16,8 +16,8 @@ import hmac
 import threading
 from typing import Any, Callable, Protocol
 
-from pcompile.errors import CorruptEntryError
-from pcompile.trust.keys import Ed25519Private, Ed25519Public, HmacKey
+from pcompile.errors import UntrustedEntryError
+from pcompile.trust.signing_keys import Ed25519Private, Ed25519Public, HmacKey
 
 
 class Manifest(Protocol):
@@ -35,10 +35,6 @@ ED25519_SCHEME = "ed25519"
 _MAX_SIGNATURE_CHARS = 256
 
 
-class UntrustedEntryError(CorruptEntryError):
-    """An entry whose signature is missing, unknown or wrong: refused before any blob is read."""
-
-    quarantine = False
 
 
 def signed_message(manifest: Manifest) -> bytes:

@@ -19,9 +19,15 @@ How the script runs -- the mechanism, and why this one:
   compiled code (cuBLAS, cuDNN, NCCL) would each need a device library that runs, and weights
   moved to the GPU would occupy host memory. The fake mode keeps Dynamo's inputs identical, costs no device memory, and needs no
   library below torch to compute anything.
-- **GPU values read back are zeros** (reads.py): `.item()`, `float()`, `.cpu()`, `.tolist()`,
-  `bool()`, copies into CPU tensors and value-dependent ops see a GPU whose memory holds zeros;
-  each read is counted and its script line listed in the summary.
+- **Host data keeps its values; other GPU values read back are zeros** (compat/warm_values.py,
+  reads.py): tensors the script makes from its own host data (labels, masks, indices) carry their
+  real values through cheap ops, so data-dependent counts and branches follow the GPU path;
+  `.item()`, `float()`, `.cpu()`, `.tolist()`, `bool()`, copies into CPU tensors and
+  value-dependent ops on anything else (model outputs) see a GPU whose memory holds zeros; each
+  such read is counted and its script line listed in the summary.
+- **Never a silent hang or crash** (watch.py): no progress for PCOMPILE_WARM_STALL_SECONDS stops
+  the warm with every thread's Python stack; a crash is named by signal and script line; the
+  script's exit status is passed through.
 - **The user's files are safe**: the child runs in a copy-on-write view of the whole file
   system (sandbox.py, mounts.py: overlayfs in a private mount namespace; isolation.py picks the
   mode and starts the node compile daemon outside it), so every write of the script and of every

@@ -115,14 +115,14 @@ def _predict_winner(autotuner: Any, report: dict[str, Any]) -> bool:
     """File Inductor's no-benchmark choice for this kernel in pcompile's store (never raises)."""
     try:
         from pcompile import compat as inductor_compat
-        from pcompile.inductor import remote_backend
+        from pcompile.inductor import store_adapter
         from pcompile.compat import autotune_choice
 
         reason = inductor_compat.check("autotune_choice")
         if reason is not None:
             report["autotune_predict_error"] = reason
             return False
-        if autotune_choice.publish_prediction(autotuner, remote_backend.predicting):
+        if autotune_choice.publish_prediction(autotuner, store_adapter.predicting):
             return True
         name = getattr(getattr(autotuner, "fn", None), "__name__", "?")
         report.setdefault("autotune_not_predicted", {})[name] = autotune_choice.why_not(autotuner) or "?"
@@ -140,6 +140,7 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
     from pcompile.compat import warm_runtime as runtime
     from pcompile.compat import warm_timings as timings
     from pcompile.compat import warm_training as training
+    from pcompile.compat import warm_values as values
     from pcompile.warm import reads
 
     unselected: dict[str, int] = report["autotune_unselected"]
@@ -160,6 +161,7 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
 
     fakes.allow_fake_param_moves()
     fakes.keep_parameters_when_moved()
+    values.drop_mutated_inputs_of_compiled_graphs()
     fakes.load_cuda_checkpoints_as_fakes()
     fakes.meta_for_scaled_mm_out()
     launches.route_wrapper_allocations()
@@ -244,7 +246,10 @@ def _run_script(spec: dict[str, Any], mode: Any, report: dict[str, Any]) -> int:
         if exc.code in (0, None):
             report["status"] = "completed"
         else:
-            report["error"] = f"the script exited with status {exc.code}"
+            status = exc.code if isinstance(exc.code, int) else 1  # as Python: sys.exit("msg") prints it, exits 1
+            if not isinstance(exc.code, int):
+                sys.stderr.write(f"{exc.code}\n")
+            report.update(status="exited", script_exit=status, error=f"the script exited with status {status}")
             return EXIT_SCRIPT_ERROR
     except BaseException as exc:  # report, never hang the parent
         msg = _explain(exc)
@@ -253,7 +258,7 @@ def _run_script(spec: dict[str, Any], mode: Any, report: dict[str, Any]) -> int:
             root = _root_cause(exc)
             first = (str(root).strip().splitlines() or [""])[0]
             msg = f"the script failed under warm: {type(root).__name__}: {first}"
-        report["error"] = msg
+        report.update(status="error", script_exit=1, error=msg)  # 1: Python's status for an uncaught exception
         return EXIT_SCRIPT_ERROR
     return EXIT_OK
 
@@ -312,9 +317,26 @@ def run(spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     return code, report
 
 
+_STACKS: Any = None  # kept open for the life of the process: faulthandler writes into it
+
+
+def _arm_stack_dumps(workdir: Path) -> None:
+    """Every thread's Python stack into <workdir>/stacks on a fatal signal, and on the parent's
+    STACK_SIGNAL when it sees no progress (pcompile/warm/watch.py reads and prints it)."""
+    global _STACKS
+    import faulthandler
+
+    from pcompile.warm.watch import STACK_SIGNAL
+
+    _STACKS = open(workdir / "stacks", "w")
+    faulthandler.enable(file=_STACKS, all_threads=True)
+    faulthandler.register(STACK_SIGNAL, file=_STACKS, all_threads=True, chain=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     spec = json.loads(Path(argv[0]).read_text())
+    _arm_stack_dumps(Path(spec["report"]).parent)
     code, report = run(spec)
     tmp = Path(spec["report"] + ".tmp")
     tmp.write_text(json.dumps(report, default=str))

@@ -8,6 +8,11 @@ right shape, dtype and strides, `nonzero()` is empty. Zero, not NaN: scripts sto
 losses (`if not math.isfinite(loss)`), and zero keeps every format, comparison and running sum
 valid, so logging, eval bookkeeping, best-checkpoint logic and early stopping run unchanged.
 
+Except where the warm knows the values: a tensor made from the script's own host data (labels,
+masks, indices copied to the GPU) and what cheap ops compute from it read as their real values
+(compat/warm_values.py), so `if valid.sum().item() == 0:` takes the GPU job's path; those reads
+are not counted.
+
 Each read is counted by the script line that made it and listed at the end of the warm: a branch
 taken on a placeholder may differ from the GPU job's, and that line is where to look if a graph
 the GPU job compiles was not warmed.
@@ -96,6 +101,11 @@ def read_fake(tensor: torch.Tensor, how: str) -> Any:
     if how == "numpy" and tensor.device.type != "cpu":
         raise TypeError(f"can't convert {tensor.device} device type tensor to numpy. "
                         "Use Tensor.cpu() to copy the tensor to host memory first.")
+    from pcompile.compat.warm_values import value_of
+
+    real = value_of(tensor)
+    if real is not None:  # made from the script's own host data: its real values, not counted
+        return getattr(real, how)()
     record(how)
     if how in ("item", "__float__", "__int__", "__index__", "__bool__", "__complex__"):
         _one_element(tensor, how)

@@ -15,14 +15,31 @@ def coverage(report: dict[str, Any]) -> dict[str, tuple[int, int]]:
     return {"fx_graph": (fx_hit, fx_hit + fx_miss), "aot_autograd": (aot_hit, aot_hit + aot_miss)}
 
 
+def failure_lines(result: Any) -> list[str]:
+    """After a failed warm: the error once, then only what happened before it (what was
+    compiled and written, the placeholder reads that may explain it, the user's files)."""
+    r = result.report
+    steps = int(r.get("steps_done") or 0)
+    out = [f"warm failed after {steps} step{'s' if steps != 1 else ''} in {result.seconds:.1f}s: {r.get('error') or 'unknown error'}"]
+    w = result.written
+    if any(w.values()):
+        out.append(f"before the failure, written to {result.cache_dir}: {w.get('fxgraph', 0)} FX graph entries, "
+                   f"{w.get('aotautograd', 0)} AOTAutograd entries, {w.get('triton', 0)} Triton cubins (kept: the next warm reuses them)")
+    for rk in r.get("ranks") or []:
+        if rk.get("exit_code"):
+            out.append(f"rank {rk['rank']} failed: {rk.get('error')}")
+    out.extend(_reads_and_writes(r))
+    return out
+
+
 def report_lines(result: Any, check: bool = False) -> list[str]:
     r = result.report
+    if getattr(result, "failed", False):
+        return failure_lines(result)
     out: list[str] = []
     status = r.get("status")
     head = {"stopped": f"warm done: {r.get('steps_done')} steps", "completed": "warm done: the script ran to its end"}
     out.append(f"{head.get(status, 'warm failed')} in {result.seconds:.1f}s on a virtual {result.profile.name} ({result.profile.arch}), torch {r.get('torch')}")
-    if r.get("error"):
-        out.append(f"error: {r['error']}")
     w = result.written
     looked = getattr(result, "lookups", None)
     if looked is not None:

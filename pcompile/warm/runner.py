@@ -58,6 +58,21 @@ class WarmResult:
     lookups: dict[str, dict[str, Any]] | None = None
     job: str = ""
 
+    @property
+    def failed(self) -> bool:
+        return self.exit_code != 0
+
+    def exit_status(self) -> int:
+        """What `pcompile warm` exits with: 0, the script's own status (sys.exit(3) -> 3, an
+        uncaught exception -> 1, as Python), or 1 when the warm itself could not run it."""
+        if not self.failed:
+            return 0
+        for rk in [self.report, *(self.report.get("ranks") or [])]:
+            status = rk.get("script_exit")
+            if isinstance(status, int) and status:
+                return status
+        return 1
+
 
 def inductor_dirs(settings: Settings) -> tuple[Path, Path]:
     """Where the warm child (and the GPU job, through pcompile) keep Inductor's and Triton's caches."""
@@ -193,28 +208,26 @@ def software_line(local: dict[str, Any]) -> str:
     return f"the GPU job hits these entries when it runs pcompile with the same {shown}" if shown else ""
 
 
-def _wait(proc: subprocess.Popen, progress_file: Path, steps: int, timeout: float | None) -> int:
+def _wait(proc: subprocess.Popen, workdir: Path, opts: WarmOptions, settings: Settings, script: Path) -> int:
+    """The child's return code, with the progress line; a stall or a crash raises (watch.py)."""
     from pcompile.progress import progress
+    from pcompile.warm import watch
 
-    start = time.monotonic()
-    seen = 0
-    with progress(total=steps or None, desc="warming") as bar:
-        while True:
-            try:
-                rc = proc.wait(timeout=0.5)
-            except subprocess.TimeoutExpired:
-                rc = None
-            if progress_file.exists():
-                n = len(progress_file.read_text().splitlines())
-                if n > seen:
-                    bar.advance(n - seen)
-                    seen = n
-            if rc is not None:
-                return rc
-            if timeout and time.monotonic() - start > timeout:
-                proc.kill()
-                proc.wait()
-                raise PcompileError(f"warm did not finish within {timeout:.0f}s; raise --timeout or lower --steps")
+    inductor, triton = inductor_dirs(settings)
+    activity = [inductor, triton, inductor / "fxgraph", inductor / "aotautograd"]
+    try:
+        from pcompile.events import events_dir, job_id
+
+        activity.append(events_dir(settings.cache_dir) / f"{job_id()}.jsonl")  # the child's job id: inherited
+    except Exception:  # events are optional
+        pass
+    w = watch.Watch(proc, workdir / "progress", workdir / "stacks", activity, watch.stall_seconds(),
+                    script=str(script.resolve()), timeout=opts.timeout)
+    with progress(total=opts.steps or None, desc="warming") as bar:
+        rc = w.wait(bar.advance)
+        if rc != 0:
+            bar.fail()
+        return rc
 
 
 def run_warm(opts: WarmOptions) -> WarmResult:
@@ -243,6 +256,7 @@ def run_warm(opts: WarmOptions) -> WarmResult:
     rc, report, workers = results[0]
     if len(results) > 1:
         report["ranks"] = [{"rank": r, "exit_code": code, "status": rep.get("status"), "error": rep.get("error"),
+                            "script_exit": rep.get("script_exit"),
                             "counters": {k: rep.get("counters", {}).get(k, {}) for k in ("inductor", "aot_autograd")}}
                            for r, (code, rep, _) in zip(ranks, results)]
         rc = max(code for code, _, _ in results)
@@ -312,15 +326,18 @@ def _run_rank(opts: WarmOptions, settings: Settings, profile: DeviceProfile, lib
         (workdir / "spec.json").write_text(json.dumps(spec))
         child = [sys.executable, "-m", "pcompile.warm.child", str(workdir / "spec.json")]
         argv, env = isolation.command(iso, child, env, rank_dir, workdir, settings.cache_dir)
-        proc = subprocess.Popen(argv, env=env)
-        rc = _wait(proc, workdir / "progress", opts.steps, opts.timeout)
+        proc = subprocess.Popen(argv, env=env)  # the sandbox launcher execs the child: same process
+        rc = _wait(proc, workdir, opts, settings, script)
         report_path = workdir / "report.json"
         if not report_path.exists():
             rec = workdir / "sandbox.json"
             if rec.exists() and json.loads(rec.read_text()).get("error"):
                 raise PcompileError(f"the {iso.mode} file sandbox could not be set up ({json.loads(rec.read_text())['error']}); "
                                     f"set {sandbox_env()}=python to warm with the Python redirect instead")
-            raise PcompileError(f"the warm process died (exit {rc}) before reporting; run again with PCOMPILE_VDEV_TRACE=1 to see native calls")
+            from pcompile.warm import watch
+
+            stacks = (workdir / "stacks").read_text(errors="replace") if (workdir / "stacks").exists() else ""
+            raise watch.crashed(rc, stacks, str(script.resolve()))
         report = json.loads(report_path.read_text())
         isolation.collect(iso, report, workdir, rank_dir)
         workers = [s for s in preload.read_stats_file(workdir / "vdev-stats.jsonl") if s.get("pid") != report.get("vdev", {}).get("pid")]

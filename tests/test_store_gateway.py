@@ -1,4 +1,4 @@
-"""Single-flight for Inductor's caches (pcompile.inductor.flight), on a real store.
+"""Single-flight for Inductor's caches (pcompile.inductor.store_gateway), on a real store.
 
 A miss takes the key's lease and a publish releases it; a lease left by a compile that ended
 without a publish is released by the next lookup of that kind on the thread, by the end of the
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from pcompile.inductor import _testing as t
-from pcompile.inductor import flight
+from pcompile.inductor import store_gateway
 from pcompile.inductor.layer_keys import store_key
 
 
@@ -27,46 +27,46 @@ def _lease_file(cache: Path, kind: str, ikey: str) -> Path:
 
 
 def test_miss_leases_publish_releases_then_hits(store_env: Path) -> None:
-    assert flight.lookup("graph", "pt2:fx-graph-v1::k1:c1") is None
+    assert store_gateway.lookup("graph", "pt2:fx-graph-v1::k1:c1") is None
     assert _lease_file(store_env, "graph", "pt2:fx-graph-v1::k1:c1").exists()
-    assert flight.publish("graph", "pt2:fx-graph-v1::k1:c1", {"value": b'{"data": "x"}'})
+    assert store_gateway.publish("graph", "pt2:fx-graph-v1::k1:c1", {"value": b'{"data": "x"}'})
     assert not _lease_file(store_env, "graph", "pt2:fx-graph-v1::k1:c1").exists()
-    entry = flight.lookup("graph", "pt2:fx-graph-v1::k1:c1")
+    entry = store_gateway.lookup("graph", "pt2:fx-graph-v1::k1:c1")
     assert entry is not None and entry.blobs["value"] == b'{"data": "x"}' and entry.key.layer == "graph"
-    assert flight.held_keys() == []
+    assert store_gateway.held_keys() == []
 
 
 def test_unpublished_lease_released_by_next_lookup_of_same_kind(store_env: Path) -> None:
-    assert flight.lookup("graph", "a") is None
-    assert flight.lookup("autograd", "outer") is None  # another kind: both held
-    assert len(flight.held_keys()) == 2
-    assert flight.lookup("graph", "b") is None  # graph "a" ended without a publish
-    held = flight.held_keys()
+    assert store_gateway.lookup("graph", "a") is None
+    assert store_gateway.lookup("autograd", "outer") is None  # another kind: both held
+    assert len(store_gateway.held_keys()) == 2
+    assert store_gateway.lookup("graph", "b") is None  # graph "a" ended without a publish
+    held = store_gateway.held_keys()
     assert str(store_key("graph", "a")[0]) not in held and str(store_key("graph", "b")[0]) in held
     assert str(store_key("autograd", "outer")[0]) in held
 
 
 def test_scope_releases_what_it_took(store_env: Path) -> None:
-    before = flight.lookup("cpp", "outside")
+    before = store_gateway.lookup("cpp", "outside")
     assert before is None
-    with flight.scope() as sc:
-        assert flight.lookup("autograd", "inside") is None
+    with store_gateway.scope() as sc:
+        assert store_gateway.lookup("autograd", "inside") is None
         assert sc.misses == 1 and sc.outcome == "compiled"
-    assert flight.held_keys() == [str(store_key("cpp", "outside")[0])]
+    assert store_gateway.held_keys() == [str(store_key("cpp", "outside")[0])]
 
 
 def test_autotune_lookups_take_no_lease(store_env: Path) -> None:
-    assert flight.lookup("autotune", "pt2:x::y:c1", single_flight=False) is None
-    assert flight.held_keys() == []
+    assert store_gateway.lookup("autotune", "pt2:x::y:c1", single_flight=False) is None
+    assert store_gateway.held_keys() == []
 
 
 HOLDER = r'''
 import sys, time
-from pcompile.inductor import flight
-assert flight.lookup("graph", "shared-key") is None
+from pcompile.inductor import store_gateway
+assert store_gateway.lookup("graph", "shared-key") is None
 print("LEASED", flush=True)
 time.sleep(float(sys.argv[1]))
-flight.publish("graph", "shared-key", {"value": b"from the other process"})
+store_gateway.publish("graph", "shared-key", {"value": b"from the other process"})
 '''
 
 
@@ -77,12 +77,12 @@ def test_second_process_waits_for_the_first_and_gets_a_hit(store_env: Path, tmp_
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "LEASED"
         t0 = time.monotonic()
-        entry = flight.lookup("graph", "shared-key")
+        entry = store_gateway.lookup("graph", "shared-key")
         waited = time.monotonic() - t0
     finally:
         holder.wait(timeout=60)
     assert entry is not None and entry.blobs["value"] == b"from the other process"
-    assert waited > 0.5 and flight.held_keys() == []
+    assert waited > 0.5 and store_gateway.held_keys() == []
     from pcompile.store.tiered import default_store
 
     data = default_store().stats.data
@@ -90,16 +90,16 @@ def test_second_process_waits_for_the_first_and_gets_a_hit(store_env: Path, tmp_
 
 
 def test_forked_child_does_not_release_parent_lease(store_env: Path) -> None:
-    assert flight.lookup("graph", "forky") is None
+    assert store_gateway.lookup("graph", "forky") is None
     lease = _lease_file(store_env, "graph", "forky")
     pid = os.fork()
     if pid == 0:  # child: exit through atexit-free path after trying to release everything
-        flight.release_all()
-        os._exit(0 if not flight.held_keys() else 1)
+        store_gateway.release_all()
+        os._exit(0 if not store_gateway.held_keys() else 1)
     _, status = os.waitpid(pid, 0)
     assert status == 0
     assert lease.exists(), "the child's release_all must not have touched the parent's lease"
-    flight.release_all()
+    store_gateway.release_all()
     assert not lease.exists()
 
 
@@ -110,7 +110,7 @@ def test_triton_manager_releases_its_lease_when_dropped(store_env: Path, tmp_pat
 
     manager = StoreCacheManager("ABCDEF")
     assert manager.get_group("k.json") is None  # a miss: this manager now holds the kernel's lease
-    assert len(flight.held_keys()) == 1
+    assert len(store_gateway.held_keys()) == 1
     del manager  # the compile raised: Triton drops the manager without put_group
     gc.collect()
-    assert flight.held_keys() == []
+    assert store_gateway.held_keys() == []

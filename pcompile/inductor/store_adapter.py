@@ -24,7 +24,7 @@ import json
 import threading
 from typing import Any, Iterator
 
-from pcompile.inductor import flight
+from pcompile.inductor import store_gateway
 from pcompile.settings import AUTOTUNE
 from pcompile.thread_flags import raised
 from pcompile.compat import remote_cache as compat
@@ -59,15 +59,15 @@ def _autotune_lookup(key: str) -> bytes | None:
     """A measured winner, else (PCOMPILE_AUTOTUNE=predicted) a warm host's prediction: ONE autotune
     look-up for the accounting (store/hits.py), whichever read answered it. With neither, a host
     that cannot time kernels (a warm) leaves the kernel for the GPU job: `untimed`, not a miss."""
-    entry = flight.lookup("autotune", key, single_flight=False, counted=False)
+    entry = store_gateway.lookup("autotune", key, single_flight=False, counted=False)
     winner = "measured"
     if entry is None and autotune_policy() == "predicted":
-        entry = flight.lookup("autotune_predicted", key, single_flight=False, counted=False)
+        entry = store_gateway.lookup("autotune_predicted", key, single_flight=False, counted=False)
         winner = "predicted"
     if entry is not None:
-        flight.account(flight.store(), "autotune", "hit", entry, winner=winner)
+        store_gateway.account(store_gateway.store(), "autotune", "hit", entry, winner=winner)
         return entry.blobs.get(BLOB)
-    flight.account(flight.store(), "autotune", "untimed" if flight.cannot_time() else "miss")
+    store_gateway.account(store_gateway.store(), "autotune", "untimed" if store_gateway.cannot_time() else "miss")
     return None
 
 
@@ -93,7 +93,7 @@ def backend_class(layer: str) -> type:
     def _get(self: Any, key: str) -> bytes | None:
         if kind == "autotune":
             return _autotune_lookup(key)
-        entry = flight.lookup(kind, key, single_flight=single_flight)
+        entry = store_gateway.lookup(kind, key, single_flight=single_flight)
         return None if entry is None else entry.blobs.get(BLOB)
 
     def _put(self: Any, key: str, data: Any) -> None:
@@ -103,10 +103,10 @@ def backend_class(layer: str) -> type:
             return  # torch's serde always gives bytes; anything else is not ours to store
         data = bytes(data)
         if layer == "autotune" and getattr(_tls, "predicting", False):
-            flight.publish("autotune_predicted", key, {BLOB: data}, compiled=False,
+            store_gateway.publish("autotune_predicted", key, {BLOB: data}, compiled=False,
                            meta={"inductor_key": key, "source": "pcompile.warm.predicted", "predicted": True})
             return
-        flight.publish(kind, key, {BLOB: data}, meta={"inductor_key": key, "source": f"inductor.{layer}"},
+        store_gateway.publish(kind, key, {BLOB: data}, meta={"inductor_key": key, "source": f"inductor.{layer}"},
                        compile_seconds=_time_taken(data))
 
     name = "Pcompile" + "".join(part.title() for part in layer.split("_")) + "Backend"

@@ -1,4 +1,5 @@
-"""Store lookups and publishes for Inductor's caches, with single-flight across processes.
+"""The gateway from Inductor to the store: every layer's lookups and publishes, with
+single-flight across processes.
 
 On a miss, `lookup` takes `store.acquire_or_wait(key)`: if another process is compiling that
 key, this one waits for its entry and returns it as a hit; if this process got the lease, the
@@ -25,7 +26,7 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
-from pcompile.compat.gate import warn_once
+from pcompile.warn import warn_once
 from pcompile.inductor.layer_keys import store_key
 from pcompile.inductor.timing import emit, now, span
 from pcompile.keys import Key
