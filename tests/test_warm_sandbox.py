@@ -173,3 +173,43 @@ def test_no_daemon_is_started_inside_a_sandbox(tmp_path, monkeypatch):
     with pytest.raises(PoolUnavailable, match="file sandbox"):
         connect_or_start(tmp_path, DaemonOptions(idle_exit=5), start_timeout=5)
     assert not PoolPaths.for_cache_dir(tmp_path).pidfile.exists()
+
+
+@pytest.mark.parametrize("mode", ["namespace", "userns"])
+def test_a_socket_listening_outside_is_reachable_inside(mode, tmp_path):
+    """Another program's Unix socket (a Ray raylet's, under /tmp/ray) is a copy of its inode when
+    seen through an overlay, and connect() is refused; the view binds live sockets through."""
+    import socket
+    import tempfile
+    import threading
+
+    from pcompile.warm import isolation
+
+    why = _available(mode, tmp_path)
+    if why:
+        pytest.skip(f"{mode} sandbox not available here: {why}")
+    sockdir = Path(tempfile.mkdtemp(prefix="pcompile-sock-", dir="/tmp"))
+    try:
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(str(sockdir / "raylet"))
+        server.listen(1)
+        server.settimeout(60)
+        got: list[bytes] = []
+        threading.Thread(target=lambda: got.append(server.accept()[0].recv(16)), daemon=True).start()
+        run = tmp_path / "run"
+        run.mkdir()
+        probe = ("import socket; s = socket.socket(socket.AF_UNIX); "
+                 f"s.connect({str(sockdir / 'raylet')!r}); s.sendall(b'hello'); print('connected')")
+        plan = {"mode": mode, "run": str(run), "record": str(run / "rec.json"), "keep": [str(tmp_path)],
+                "cwd": str(tmp_path), "argv": [sys.executable, "-c", probe], "env": dict(os.environ)}
+        (tmp_path / "plan.json").write_text(json.dumps(plan))
+        out = subprocess.run([sys.executable, "-m", "pcompile.warm.sandbox", str(tmp_path / "plan.json")],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0 and "connected" in out.stdout, out.stdout + out.stderr
+        rec = json.loads((run / "rec.json").read_text())
+        assert str(sockdir / "raylet") in rec["sockets"]
+        server.close()
+        assert got == [b"hello"] or not got  # the accept thread may not have run yet; the connect is what counts
+    finally:
+        isolation.remove_tree(tmp_path / "run")
+        shutil.rmtree(sockdir, ignore_errors=True)

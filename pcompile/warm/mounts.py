@@ -31,6 +31,8 @@ from pathlib import Path
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 PASS_ROOTS = ("/proc", "/sys", "/dev")
+#: where live Unix sockets of other programs are found (Ray's session dir lives in /tmp/ray)
+SOCKET_ROOTS = ("/tmp", "/var/tmp", "/run", "/var/run", os.environ.get("XDG_RUNTIME_DIR") or "")
 PSEUDO = {"proc", "sysfs", "devtmpfs", "devpts", "mqueue", "cgroup", "cgroup2", "tracefs", "debugfs", "securityfs",
           "pstore", "bpf", "fusectl", "configfs", "hugetlbfs", "binfmt_misc", "autofs", "efivarfs", "nsfs",
           "rpc_pipefs", "selinuxfs", "ramfs"}
@@ -90,6 +92,7 @@ class View:
     passed: list[str] = field(default_factory=list)
     scaffolds: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    sockets: list[str] = field(default_factory=list)
     _n: int = 0
 
     def at(self, path: str) -> str:
@@ -214,8 +217,48 @@ class View:
                 self.bind(child, readonly=True)
             # sockets, fifos, devices directly in such a directory: left out of the view
 
+    def pass_sockets(self, roots: tuple[str, ...] = SOCKET_ROOTS, depth: int = 6, budget: int = 50_000) -> None:
+        """Bind every Unix socket that exists now under the runtime dirs to its real inode.
+
+        A socket seen through an overlay is a copy of its inode, not the listening socket, so
+        connect() is refused (a Ray raylet, a database, an X server started before the warm); a
+        bind mount of the socket file itself reaches the real one. Sockets made later by other
+        processes are not covered."""
+        seen = 0
+        for root in dict.fromkeys(r for r in roots if r and os.path.isdir(r)):
+            stack = [(os.path.realpath(root), 0)]
+            while stack and seen < budget:
+                path, level = stack.pop()
+                if self._passthrough(self.mounts.get(path), path) or _under(path, str(self.run)):
+                    continue  # (the run dir holds the view itself)
+                try:
+                    with os.scandir(path) as it:
+                        entries = list(it)
+                except OSError:
+                    continue
+                for e in entries:
+                    seen += 1
+                    try:
+                        if e.is_dir(follow_symlinks=False):
+                            if level + 1 < depth:
+                                stack.append((e.path, level + 1))
+                        elif stat.S_ISSOCK(e.stat(follow_symlinks=False).st_mode):
+                            self._bind_socket(e.path)
+                    except OSError:
+                        continue
+
+    def _bind_socket(self, path: str) -> None:
+        target = self.at(path)
+        try:
+            if not os.path.lexists(target):
+                open(target, "ab").close()  # a scaffold leaves sockets out: a mount point for it
+            mount(path, target, None, MS_BIND)
+            self.sockets.append(path)
+        except OSError as exc:
+            self.failed.append(f"{path} (socket not reachable: {exc.strerror})")
+
     def record(self) -> dict[str, object]:
-        return {"uppers": self.uppers, "readonly": self.readonly, "passed": self.passed, "scaffolds": self.scaffolds,
+        return {"sockets": self.sockets, "uppers": self.uppers, "readonly": self.readonly, "passed": self.passed, "scaffolds": self.scaffolds,
                 "failed": self.failed}
 
 
@@ -235,6 +278,7 @@ def build(run: Path, keep: list[str], privileged: bool) -> View:
     else:
         mount("pcompile-warm", str(merged), "tmpfs", 0, "mode=0755")
         view.scaffold("/")
+    view.pass_sockets()
     for path in sorted({os.path.realpath(k) for k in keep if k and os.path.isdir(k)}, key=len):
         view.bind(path)  # pcompile's cache dirs, the run dir, the warm's work dir: real, read-write
     return view
