@@ -49,15 +49,9 @@ def _env(cache: Path, max_bytes: int) -> dict[str, str]:
 
 
 def _store_bytes(root: Path) -> int:
-    total = 0
-    for sub in ("blobs", "manifests"):
-        for dirpath, _d, files in os.walk(root / "store" / sub):
-            for name in files:
-                try:
-                    total += os.lstat(os.path.join(dirpath, name)).st_size
-                except OSError:
-                    pass
-    return total
+    from pcompile.store.fsio import du
+
+    return sum(du(root / "store" / sub) for sub in ("blobs", "manifests"))
 
 
 def main() -> int:
