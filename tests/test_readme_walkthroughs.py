@@ -124,13 +124,17 @@ def test_ray_pool_compiles_the_warms_kernels_on_actors(tmp_path: Path) -> None:
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 180
+        # up as `ray start` (without --block) returns: the GCS port open and the raylet's socket made
+        # (the warm's file sandbox binds through the sockets that exist when it starts)
         while time.monotonic() < deadline:
             try:
                 socket.create_connection(("127.0.0.1", int(port)), timeout=1).close()
-                break
+                if list(Path(temp).glob("session_*/sockets/raylet")):
+                    break
             except OSError:
-                assert ray.poll() is None, ray.stdout.read().decode(errors="replace")[-3000:]
-                time.sleep(1)
+                pass
+            assert ray.poll() is None, ray.stdout.read().decode(errors="replace")[-3000:]
+            time.sleep(1)
         out = _run(job, base)
         ours = [ln for ln in out.splitlines() if "pcompile" in ln.lower() and "warning" in ln.lower()]
         assert not ours, out[-2000:]  # (Ray logs its own, e.g. about signal handlers in threads)

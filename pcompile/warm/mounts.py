@@ -217,35 +217,39 @@ class View:
                 self.bind(child, readonly=True)
             # sockets, fifos, devices directly in such a directory: left out of the view
 
-    def pass_sockets(self, roots: tuple[str, ...] = SOCKET_ROOTS, depth: int = 6, budget: int = 50_000) -> None:
+    def pass_sockets(self, roots: tuple[str, ...] = SOCKET_ROOTS, depth: int = 6, budget: int = 200_000) -> None:
         """Bind every Unix socket that exists now under the runtime dirs to its real inode.
 
         A socket seen through an overlay is a copy of its inode, not the listening socket, so
         connect() is refused (a Ray raylet, a database, an X server started before the warm); a
-        bind mount of the socket file itself reaches the real one. Sockets made later by other
-        processes are not covered."""
+        bind mount of the socket file itself reaches the real one. Breadth first, so the shallow
+        session dirs where programs keep sockets are reached before a deep tree (a test run's
+        tmp dirs) spends the budget; only entries that are neither file, dir nor link are
+        stat()ed. Sockets made later by other processes are not covered."""
+        from collections import deque
+
         seen = 0
-        for root in dict.fromkeys(r for r in roots if r and os.path.isdir(r)):
-            stack = [(os.path.realpath(root), 0)]
-            while stack and seen < budget:
-                path, level = stack.pop()
-                if self._passthrough(self.mounts.get(path), path) or _under(path, str(self.run)):
-                    continue  # (the run dir holds the view itself)
+        queue = deque((os.path.realpath(r), 0) for r in dict.fromkeys(r for r in roots if r and os.path.isdir(r)))
+        while queue and seen < budget:
+            path, level = queue.popleft()
+            if self._passthrough(self.mounts.get(path), path) or _under(path, str(self.run)):
+                continue  # (the run dir holds the view itself)
+            try:
+                with os.scandir(path) as it:
+                    entries = list(it)
+            except OSError:
+                continue
+            for e in entries:
+                seen += 1
                 try:
-                    with os.scandir(path) as it:
-                        entries = list(it)
+                    if e.is_dir(follow_symlinks=False):
+                        if level + 1 < depth:
+                            queue.append((e.path, level + 1))
+                    elif not (e.is_file(follow_symlinks=False) or e.is_symlink()) and \
+                            stat.S_ISSOCK(e.stat(follow_symlinks=False).st_mode):
+                        self._bind_socket(e.path)
                 except OSError:
                     continue
-                for e in entries:
-                    seen += 1
-                    try:
-                        if e.is_dir(follow_symlinks=False):
-                            if level + 1 < depth:
-                                stack.append((e.path, level + 1))
-                        elif stat.S_ISSOCK(e.stat(follow_symlinks=False).st_mode):
-                            self._bind_socket(e.path)
-                    except OSError:
-                        continue
 
     def _bind_socket(self, path: str) -> None:
         target = self.at(path)
