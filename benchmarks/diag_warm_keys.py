@@ -28,7 +28,11 @@ def main() -> int:
                         str(cache), "--", *rest[1:]], env=warm_env, capture_output=True, text=True)
     print("warm rc", r.returncode, r.stdout[-1500:], r.stderr[-1500:] if r.returncode else "")
     job_env = dict(base, PCOMPILE="1", PCOMPILE_CACHE_DIR=str(cache), PCOMPILE_DEBUG_FX_KEYS=str(out / "job"))
-    r = subprocess.run([sys.executable, *rest], env=job_env, capture_output=True, text=True)
+    wrapper = ("import runpy, sys; from pcompile.compat import warm_runtime; "
+               f"warm_runtime.dump_aot_keys({str(out / 'job-aot.jsonl')!r}); "
+               "sys.argv = sys.argv[1:]; sys.path.insert(0, __import__('os').path.dirname(sys.argv[0])); "
+               "runpy.run_path(sys.argv[0], run_name='__main__')")
+    r = subprocess.run([sys.executable, "-c", wrapper, *rest], env=job_env, capture_output=True, text=True)
     print("job rc", r.returncode, r.stdout[-800:], r.stderr[-3000:] if r.returncode else "")
 
     def files(d: Path) -> list[Path]:
@@ -47,10 +51,31 @@ def main() -> int:
         print(f"--- {a.name} vs {b.name}")
         for line in list(difflib.unified_diff(la, lb, lineterm="", n=0))[:40]:
             print(line[:400])
+    _diff_aot(out / "warm-aot.jsonl", out / "job-aot.jsonl")
     s = subprocess.run([sys.executable, "-m", "pcompile.cli.main", "stats", "--cache-dir", str(cache)], env=base,
                        capture_output=True, text=True)
     print(s.stdout[-2500:])
     return 0
+
+
+def _diff_aot(warm: Path, job: Path) -> None:
+    """AOTAutograd keys: which the job computed that the warm did not, and the differing hash lines
+    of each such key against the warm key computed at the same position."""
+    import json
+
+    def load(p: Path) -> list[dict]:
+        return [json.loads(ln) for ln in p.read_text().splitlines() if ln.strip()] if p.exists() else []
+
+    w, j = load(warm), load(job)
+    print(f"AOT keys: warm computed {len(w)}, job {len(j)}")
+    wkeys = {d["key"] for d in w}
+    for i, d in enumerate(j):
+        print(("AOT HIT-KEY " if d["key"] in wkeys else "AOT NEW-KEY ") + d["key"])
+        if d["key"] in wkeys or not w:
+            continue
+        other = w[min(i, len(w) - 1)]
+        for line in list(difflib.unified_diff(other["lines"], d["lines"], lineterm="", n=0))[:30]:
+            print("   ", line[:600])
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ TOL = 1e-5
 
 #: argv[1]: plain | hot (plain, then waits for the worker to go) | infer (compiled under no_grad, then
 #: waits for the worker to go) | conv (a convolution net) | dynamic | kill (SIGKILL the worker once, as soon as it has a job in hand) |
+#: stalled (SIGSTOP the worker while it starts, SIGCONT after the step) |
 #: kill-every (SIGKILL every worker that gets a job) | kill-claimed (SIGKILL it once, after it
 #: claimed its job's FX graph key). Prints one RESULT_MARK line of JSON.
 SCRIPT = r'''
@@ -96,6 +97,20 @@ if mode.startswith("kill"):
 compiled = torch.compile(model, backend="pcompile", dynamic=True if mode == "dynamic" else None)
 from pcompile.inductor import backward_ahead
 
+stopped = []
+if mode == "stalled":  # a worker that never becomes ready in time (a busy node): SIGSTOP it while it starts
+    def stopper():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not stopped:
+            w = backward_ahead._worker
+            pid = w.pid if w is not None else None
+            if pid and not w.ready:
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append(pid)
+            time.sleep(0.001)
+
+    threading.Thread(target=stopper, name="test-stopper", daemon=True).start()
+
 w0 = backward_ahead._worker
 started_at_compile = bool(w0 is not None and w0.alive)  # before any graph exists
 t0 = time.monotonic()
@@ -106,6 +121,8 @@ else:
     out = compiled(x)
     out.square().sum().backward()
 step_s = time.monotonic() - t0
+for pid in stopped:
+    os.kill(pid, signal.SIGCONT)
 worker_gone_s = None
 if mode in ("hot", "infer"):  # how long the worker started at torch.compile outlives the step (no use for it)
     t1 = time.monotonic()
@@ -127,6 +144,7 @@ result = {
     "missing_grads": sum(g is None for g, _ in grads),
     "inductor": {k: int(v) for k, v in counters["inductor"].items()},
     "kills": kills,
+    "stopped": stopped,
     "step_s": step_s,
     "pid": os.getpid(),
     "started_at_compile": started_at_compile,
@@ -190,6 +208,23 @@ def test_an_inference_graph_lets_the_early_worker_go(tmp_path: Path) -> None:
     assert not _kind(events, "backward_ship"), events
     # No backward to ship in the first graph; left alone the worker would idle for two minutes.
     assert result["worker_gone_s"] is not None and result["worker_gone_s"] < 30, (result, err[-2000:])
+
+
+def test_a_worker_still_starting_never_makes_the_step_wait(tmp_path: Path) -> None:
+    """Backward ahead is chosen per graph: a backward the worker has not taken when the parent
+    reaches it (the worker still importing, as after an eval graph let the early worker go) is
+    compiled by the parent at once. Before, the parent waited up to CLAIM_TIMEOUT_S (60 s) for
+    the worker to start: nanoGPT's eval-first train.py was ~5 s slower cold with backward ahead."""
+    from pcompile.inductor import backward_ahead
+
+    result, events, err = _run(tmp_path, "stalled")
+
+    _assert_matches_eager(result)
+    assert result["stopped"], ("the worker was never caught starting", err[-2000:])
+    assert _outcomes(events) == ["cancelled", "cancelled"], (_kind(events, "backward_ahead"), err[-3000:])
+    waited = [e["waited_for_claim_s"] for e in _kind(events, "backward_ahead")]
+    assert max(waited) < 1.0, waited
+    assert result["step_s"] < backward_ahead.CLAIM_TIMEOUT_S / 2, result["step_s"]
 
 
 def test_channels_last_saves_are_predicted(tmp_path: Path) -> None:

@@ -38,7 +38,8 @@ from pcompile.thread_flags import is_raised, raised
 
 log = logging.getLogger("pcompile.inductor")
 
-#: How long the parent waits for a started job to claim its key (worker start-up included).
+#: How long the parent waits for a job the worker has taken to claim its key (a job not yet
+#: taken is compiled by the parent instead: _wait_for_claim).
 CLAIM_TIMEOUT_S = 60.0
 
 _tls = threading.local()
@@ -168,10 +169,6 @@ class Worker:
                     self.proc.send_signal(signal.SIGINT)
                 except OSError:
                     pass
-
-    def is_next(self, job: Job) -> bool:
-        with self.lock:
-            return self.busy is None and bool(self.queue) and self.queue[0] is job
 
     def start(self) -> None:
         with self.lock:
@@ -353,21 +350,16 @@ def on_lookup(kind: str, key: str, outcome: str) -> None:
     if kind != "autograd" or not is_raised(_tls, "allowed") or not wanted():
         return
     first, _first_autograd_seen = not _first_autograd_seen, True
-    if outcome == "leased" and not _let_go:  # (after a let-go, only a shipped backward starts one)
+    if outcome == "leased":  # a graph to compile: the sooner the worker starts, the likelier it is ready
         worker().start()
     elif first and outcome in ("hit", "waiting"):
         _let_unused_worker_go("the first AOTAutograd entry is " + ("stored" if outcome == "hit" else "another process's"))
 
 
-_let_go = False
-
-
 def _let_unused_worker_go(why: str) -> None:
-    global _let_go
     w = _worker
     if w is not None and w.alive and w.idle() and not _pending:
         log.info("pcompile: %s; closing the backward worker", why)
-        _let_go = True
         w.close(unused=True)
 
 
@@ -397,8 +389,9 @@ def on_partition(part: Any) -> None:
 @contextlib.contextmanager
 def around_backward(bw_module: Any, placeholders: list[Any]) -> Iterator[None]:
     """The parent is about to compile `bw_module` with `placeholders`: if the shipped twin was
-    compiled for the same inputs, let it claim the key first (the parent then waits for its
-    result through single-flight); if not, drop it and compile here at once."""
+    compiled for the same inputs and the worker has taken it, let it claim the key first (the
+    parent then waits for its result through single-flight); if not, drop it and compile here at
+    once. Chosen per graph: a worker still starting or busy never makes the parent wait."""
     job = _pending.pop(id(bw_module), None)
     if job is None:
         yield
@@ -434,8 +427,11 @@ def _wait_for_claim(w: Worker, job: Job) -> str:
             state = job.state
         if state not in ("queued", "sent"):
             return state
-        if state == "queued" and not w.is_next(job) and w.cancel(job):
-            return "cancelled"  # still behind another graph: compiling here is sooner
+        if state == "queued" and w.cancel(job):
+            # Never wait for a worker that has not taken the job: it is still starting (torch
+            # imports, ~11 s; longer on a busy node) or busy with another graph, and the parent
+            # would idle for it. Compiling here is never slower than without backward ahead.
+            return "cancelled"
         if time.monotonic() >= deadline:
             return state
         with job.changed:
