@@ -263,8 +263,9 @@ def test_worker_killed_mid_compile_does_not_fail_the_job(tmp_path: Path) -> None
     _assert_matches_eager(result)
     outcomes = _outcomes(events)
     assert len(outcomes) == 2, (events, err[-3000:])
-    assert any(o in ("failed", "not-used") for o in outcomes), (outcomes, result["kills"])
-    assert set(outcomes) <= {"used", "failed", "not-used"}, outcomes
+    assert any(o in ("failed", "not-used", "cancelled") for o in outcomes), (outcomes, result["kills"])
+    # cancelled: the next backward was still queued for the restarting worker, so the parent took it
+    assert set(outcomes) <= {"used", "failed", "not-used", "cancelled"}, outcomes
     # Every backward the worker did not deliver was compiled by the parent itself (a miss, not a hit).
     assert result["inductor"].get("fxgraph_cache_hit", 0) == outcomes.count("used"), (result["inductor"], outcomes)
 

@@ -350,16 +350,21 @@ def on_lookup(kind: str, key: str, outcome: str) -> None:
     if kind != "autograd" or not is_raised(_tls, "allowed") or not wanted():
         return
     first, _first_autograd_seen = not _first_autograd_seen, True
-    if outcome == "leased":  # a graph to compile: the sooner the worker starts, the likelier it is ready
+    if outcome == "leased" and not _let_go:  # (after a let-go, only a shipped backward starts one)
         worker().start()
     elif first and outcome in ("hit", "waiting"):
         _let_unused_worker_go("the first AOTAutograd entry is " + ("stored" if outcome == "hit" else "another process's"))
 
 
+_let_go = False
+
+
 def _let_unused_worker_go(why: str) -> None:
+    global _let_go
     w = _worker
     if w is not None and w.alive and w.idle() and not _pending:
         log.info("pcompile: %s; closing the backward worker", why)
+        _let_go = True
         w.close(unused=True)
 
 
