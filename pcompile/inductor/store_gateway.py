@@ -56,7 +56,8 @@ _listeners: list[Callable[[str, str, str], None]] = []
 
 
 def add_listener(fn: Callable[[str, str, str], None]) -> None:
-    _listeners.append(fn)
+    if fn not in _listeners:  # a reinstalled feature (tests) is told once, not twice
+        _listeners.append(fn)
 
 
 _published_listeners: list[Callable[[str], None]] = []
