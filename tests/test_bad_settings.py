@@ -23,7 +23,7 @@ fn(torch.randn(4, 8)).square().mean().backward()
 
 from pcompile.inductor import hooks, pool_install
 from pcompile.compat import lazy_backward
-from pcompile.store.tiered import default_store
+from pcompile.store.compose import default_store
 
 used = default_store().settings
 print("RESULT " + json.dumps({"active": hooks.state.active, "max_bytes": used.max_bytes, "max_entries": used.max_entries,

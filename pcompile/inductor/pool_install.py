@@ -79,7 +79,7 @@ class KernelRouter:
     @property
     def store(self) -> Any:
         if self._store is None:
-            from pcompile.store.tiered import default_store
+            from pcompile.store.compose import default_store
 
             self._store = default_store()
         return self._store

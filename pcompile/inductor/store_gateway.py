@@ -84,7 +84,7 @@ def store() -> Any | None:
     if private_dir.active():
         return None  # the cache dir failed: nothing is looked up or published any more
     try:
-        from pcompile.store.tiered import default_store
+        from pcompile.store.compose import default_store
 
         st = default_store()
         if st.on_local_fault is None:
