@@ -80,10 +80,28 @@ def main() -> int:
               "step_s": steps, "losses": losses, "counters": c,
               "fx": [c.get("inductor", {}).get("fxgraph_cache_hit", 0), c.get("inductor", {}).get("fxgraph_cache_hit", 0) + c.get("inductor", {}).get("fxgraph_cache_miss", 0)],
               "aot": [c.get("aot_autograd", {}).get("autograd_cache_hit", 0), c.get("aot_autograd", {}).get("autograd_cache_hit", 0) + c.get("aot_autograd", {}).get("autograd_cache_miss", 0)]}
+    result.update(_phases())
     with open(a.out, "w") as fh:
         json.dump(result, fh)
     print("probe:", json.dumps({k: result[k] for k in ("status", "first_step_s", "fx", "aot")}), flush=True)
     return 0
+
+
+def _phases() -> dict[str, Any]:
+    """Where the compile time went (issue 24): torch's own phase timers, summed per phase (nested
+    timers overlap, so they are not a sum), and CPU-seconds of this process and its children."""
+    import resource
+
+    out: dict[str, Any] = {}
+    try:
+        from torch._dynamo.utils import compilation_time_metrics
+
+        out["phases_s"] = {k: round(sum(v), 3) for k, v in compilation_time_metrics.items() if v}
+    except Exception as exc:  # a torch without the table: say so, measure the rest
+        out["phases_s"] = {"unavailable": str(exc)}
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    out["cpu_s"] = {"self": round(me.ru_utime + me.ru_stime, 2), "children": round(kids.ru_utime + kids.ru_stime, 2)}
+    return out
 
 
 if __name__ == "__main__":

@@ -201,7 +201,10 @@ class Choice(Kind):
 
 @dataclasses.dataclass(frozen=True)
 class FilePath(Kind):
+    """`output`: pcompile writes there ("dir" or "file"), so a warm's file sandbox keeps it real."""
+
     what: ClassVar[str] = "a path"
+    output: str | None = None
 
     def parse(self, raw: str) -> str:
         return os.path.expanduser(raw.strip())
@@ -299,6 +302,16 @@ def reload() -> None:
         warn.forget(prefix=_WARN_TAG)
 
 
+def outputs(env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """(path, "dir" | "file") of every output setting set in `env` (settings pcompile writes to)."""
+    found = []
+    for var in REGISTRY.values():
+        kind = var.kind
+        if isinstance(kind, FilePath) and kind.output and (env.get(var.name) or "").strip():
+            found.append((kind.parse(env[var.name]), kind.output))
+    return found
+
+
 def public() -> Iterator[Var]:
     return (v for v in REGISTRY.values() if not v.internal)
 
@@ -380,7 +393,7 @@ WARM_VALUE_LIMIT = _declare("PCOMPILE_WARM_VALUE_LIMIT", Int(minimum=0), 1 << 20
 INDUCTOR_LOCAL_CACHES = _declare("PCOMPILE_INDUCTOR_LOCAL_CACHES", Bool(), False,
                                  "`1`: keep Inductor's own local FX/AOT caches on as well (by default the store "
                                  "replaces them)")
-DEBUG_FX_KEYS = _declare("PCOMPILE_DEBUG_FX_KEYS", FilePath(), None,
+DEBUG_FX_KEYS = _declare("PCOMPILE_DEBUG_FX_KEYS", FilePath(output="dir"), None,
                          "a directory: write Inductor's description of every FX graph key computed (one file per key "
                          "and process), to see why two keys differ")
 
@@ -477,6 +490,6 @@ DEVICE_INDEX = _declare("PCOMPILE_DEVICE_INDEX", Choice(("normalise", "keep"),
                                                                  ("no", "keep"), ("false", "keep"))),
                         "normalise", "`keep`: stock keys (entries per GPU index; tests show the rebinding matters)",
                         internal=True)
-AOT_KEY_DUMP = _declare("PCOMPILE_AOT_KEY_DUMP", FilePath(), None,
+AOT_KEY_DUMP = _declare("PCOMPILE_AOT_KEY_DUMP", FilePath(output="file"), None,
                         "the warm child writes its AOTAutograd key inputs here (benchmarks/diag_warm_keys.py)",
                         internal=True)

@@ -213,3 +213,36 @@ def test_a_socket_listening_outside_is_reachable_inside(mode, tmp_path):
     finally:
         isolation.remove_tree(tmp_path / "run")
         shutil.rmtree(sockdir, ignore_errors=True)
+
+
+@pytest.mark.parametrize("mode", ["namespace", "userns"])
+def test_output_paths_pcompile_was_asked_to_write_stay_real(mode, tmp_path):
+    """Settings that name a place pcompile writes to (settings.outputs: a key-dump directory, a
+    key-dump file) are bound through; without that a warm's FX-key descriptions vanished into its
+    overlay (benchmarks/diag_warm_keys.py found 0 keys on the H100)."""
+    from pcompile.warm import isolation
+
+    why = _available(mode, tmp_path)
+    if why:
+        pytest.skip(f"{mode} sandbox not available here: {why}")
+    home = Path.home() / f".pcompile-test-out-{uuid.uuid4().hex[:8]}"  # outside the temp dirs
+    try:
+        env = dict(os.environ, PCOMPILE_DEBUG_FX_KEYS=str(home / "fx-keys"), PCOMPILE_AOT_KEY_DUMP=str(home / "aot.jsonl"))
+        run = tmp_path / "run"
+        run.mkdir()
+        probe = (f"open({str(home / 'fx-keys' / 'k1.txt')!r}, 'w').write('fx'); "
+                 f"open({str(home / 'aot.jsonl')!r}, 'a').write('aot'); "
+                 f"open({str(home / 'elsewhere.txt')!r}, 'w').write('no')")
+        plan = {"mode": mode, "run": str(run), "record": str(run / "rec.json"),
+                "keep": isolation.keep_paths(env, run, tmp_path, tmp_path / "cache"),
+                "cwd": str(tmp_path), "argv": [sys.executable, "-c", probe], "env": env}
+        (tmp_path / "plan.json").write_text(json.dumps(plan))
+        out = subprocess.run([sys.executable, "-m", "pcompile.warm.sandbox", str(tmp_path / "plan.json")],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert (home / "fx-keys" / "k1.txt").read_text() == "fx"
+        assert (home / "aot.jsonl").read_text() == "aot"
+        assert not (home / "elsewhere.txt").exists()  # everything else still goes to the overlay
+    finally:
+        isolation.remove_tree(tmp_path / "run")
+        shutil.rmtree(home, ignore_errors=True)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pcompile import settings
+from pcompile.warn import warn_once
 from pcompile.warm import sandbox
 
 INHERIT_DIR = Path(__file__).resolve().parent / "inherit"
@@ -76,6 +77,17 @@ def keep_paths(env: dict[str, str], run_dir: Path, workdir: Path, cache_dir: Pat
     """What stays real and writable inside the sandbox: pcompile's dirs and the warm's own."""
     keep = [str(cache_dir), str(run_dir), str(workdir)]
     keep += [env[k] for k in (settings.SHARED_DIR.name, "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR") if env.get(k)]
+    for path, kind in settings.outputs(env):  # what the user asked pcompile to write (key dumps...)
+        try:
+            if kind == "dir":
+                os.makedirs(path, exist_ok=True)
+            else:
+                os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+                open(path, "a").close()  # it must exist to be bound through
+            keep.append(path)
+        except OSError as exc:
+            warn_once(f"keep:{path}", f"pcompile warm: cannot create {path} ({exc.strerror}); "
+                      "what pcompile writes there stays in the warm's sandbox")
     try:  # the pool's socket dir when the cache dir's path is too long for a socket
         from pcompile.pool.paths import PoolPaths
 

@@ -285,6 +285,12 @@ def build(run: Path, keep: list[str], privileged: bool) -> View:
     view.pass_sockets()
     for path in sorted({os.path.realpath(k) for k in keep if k and os.path.isdir(k)}, key=len):
         view.bind(path)  # pcompile's cache dirs, the run dir, the warm's work dir: real, read-write
+    for path in sorted({os.path.realpath(k) for k in keep if k and os.path.isfile(k)}):
+        target = Path(view.at(path))  # an output file pcompile writes (settings.outputs): real too
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.touch()
+        view.bind(path)
     return view
 
 
