@@ -16,7 +16,7 @@ the list, in order, at two moments:
 
 A feature whose compat check fails stays off: a cache layer is named in the hooks' one warning,
 another feature warns once with its own line (`warning`). A failed `install()` is the same as a
-failed check, with the exception as the reason: nothing half-installed raises into a compile.
+failed check, with the exception as the reason: no feature raises into a compile.
 Modules behind a feature never import this registry or the hooks: the registry hands them what
 they need (`Context`), so the import graph has no circle.
 """
@@ -139,7 +139,7 @@ def _install_one(feature: Feature, ctx: Context, layers: list[str], stock: dict[
     if reason is None:
         try:
             got = feature.install(ctx)
-        except Exception as exc:  # off, as if its check had failed: never half-hooked, never raised
+        except Exception as exc:  # off, as if its check had failed: a feature never raises into a compile
             reason = _reason(exc)
     if reason is None:
         if got is False:
