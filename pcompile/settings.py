@@ -12,7 +12,8 @@ variables (tests/test_settings.py checks the package's source); the README's Set
 generated from the public ones (tools/settings_table.py). Internal variables are the ones pcompile
 sets for its own child processes, or that tests and diagnostics use.
 
-Ground floor: imports nothing from pcompile.
+Ground floor: imports nothing from pcompile but its ground-floor neighbour warn.py (the one
+`first_time` behind every warn-once of the package).
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ import sys
 import threading
 import zlib
 from typing import Any, ClassVar, Iterator, Mapping
+
+from pcompile import warn
 
 # ---- types: one parser each; parse() raises ValueError("is not ...") for text it cannot use ----
 
@@ -218,7 +221,6 @@ class Text(Kind):
 
 _lock = threading.Lock()
 _cache: dict[str, tuple[str | None, Any]] = {}
-_warned: set[str] = set()
 REGISTRY: dict[str, "Var"] = {}
 
 
@@ -273,15 +275,17 @@ def _declare(name: str, kind: Kind, default: Any, doc: str, *, internal: bool = 
     return var
 
 
+_WARN_TAG = "setting:"  # this module's tags in warn.py's one set
+
+
 def _warn(var: Var, raw: str, reason: str) -> None:
     """One line per (variable, text) per job: the mark is exported so that child processes
     (pool workers, the warm child) that inherit the same bad text stay quiet."""
     tag = f"{var.name}:{zlib.crc32(raw.encode(errors='replace')):08x}"
     with _lock:
         inherited = (os.environ.get(SETTINGS_WARNED.name) or "").split(",")
-        if tag in _warned or tag in inherited:
+        if tag in inherited or not warn.first_time(_WARN_TAG + tag):
             return
-        _warned.add(tag)
         os.environ[SETTINGS_WARNED.name] = ",".join([t for t in inherited if t] + [tag])
     try:
         sys.stderr.write(f"pcompile: {var.name}={raw!r} {reason}; using the default {var.show_default()}\n")
@@ -295,7 +299,7 @@ def reload() -> None:
     PCOMPILE_SETTINGS_WARNED stays silent, as it does in a child process."""
     with _lock:
         _cache.clear()
-        _warned.clear()
+        warn.forget(prefix=_WARN_TAG)
 
 
 def outputs(env: Mapping[str, str]) -> list[tuple[str, str]]:

@@ -1,5 +1,8 @@
 """One warning per problem per process: the one `warn_once` every floor uses.
 
+Ground floor: imports only errors.py, so settings.py (whose bad-value lines go to stderr, not
+through `warnings`) uses the same `first_time` set.
+
 A flaky tier, a missing pool or an unsupported torch would otherwise repeat the same line for
 every graph and kernel of a training job. Callers name the problem with a tag; the first call
 with a tag warns, later ones are silent. Two channels, as before: a `PcompileFallbackWarning`
@@ -38,7 +41,12 @@ def warn_once(tag: str, message: str, *, logger: logging.Logger | None = None) -
         warnings.warn(message, PcompileFallbackWarning, stacklevel=3)
 
 
-def forget() -> None:
-    """Warn again about everything (tests, and a forked child that reports on its own)."""
+def forget(prefix: str = "") -> None:
+    """Warn again about everything (tests, and a forked child that reports on its own), or only
+    about the tags that start with `prefix` (settings.reload())."""
     with _lock:
-        _warned.clear()
+        if not prefix:
+            _warned.clear()
+            return
+        for tag in [t for t in _warned if t.startswith(prefix)]:
+            _warned.discard(tag)

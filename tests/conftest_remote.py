@@ -1,6 +1,6 @@
 """Fixtures for the remote-tier tests: a real redis-server and a real S3-protocol server (moto in
 server mode stands in for S3), each started on a free 127.0.0.1 port and stopped afterwards, and
-a worker that runs a job in a separate process (what a rank does: Store.open from the
+a worker that runs a job in a separate process (what a rank does: open_store from the
 environment, get_or_compute, load what it got).
 
 Import the fixtures into a test module: `from conftest_remote import redis_server, ...`.
@@ -233,7 +233,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def open_store(monkeypatch: pytest.MonkeyPatch, cache_dir: Path, remote: str | None, **env: str) -> Any:
     """A Store opened from the environment, as a job would, in this process."""
-    from pcompile.store.tiered import Store
+    from pcompile.store.compose import open_store
 
     for name in list(os.environ):
         if name.startswith("PCOMPILE_"):
@@ -243,7 +243,7 @@ def open_store(monkeypatch: pytest.MonkeyPatch, cache_dir: Path, remote: str | N
         monkeypatch.setenv("PCOMPILE_REMOTE", remote)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    return Store.open()
+    return open_store()
 
 
 def remote_of(store: Any) -> Any:
@@ -287,9 +287,9 @@ def worker_main() -> None:
     if spec.get("start_at"):
         time.sleep(max(0.0, spec["start_at"] - time.time()))
 
-    from pcompile.store.tiered import Store
+    from pcompile.store.compose import open_store
 
-    store = Store.open()
+    store = open_store()
     computed = loaded = 0
     outcomes: list[str] = []
     t_start = time.monotonic()

@@ -14,6 +14,7 @@ from pathlib import Path
 from pcompile.config import Settings
 from pcompile.keys import make_key
 from pcompile.store.entry import Entry
+from pcompile.store.compose import open_store
 from pcompile.store.tiered import Store
 
 FP = {"torch": "test", "target_arch": "sm_90"}
@@ -29,7 +30,7 @@ def key_of(name: str):
 
 
 def store_from_env() -> Store:
-    return Store.open(Settings.from_env())
+    return open_store(Settings.from_env())
 
 
 def hammer(names: list[str], log: Path, compile_s: float, size: int, start_at: float) -> dict:

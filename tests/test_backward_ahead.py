@@ -75,14 +75,22 @@ model = ConvNet() if mode == "conv" else Net()
 reference = copy.deepcopy(model)
 x = torch.randn(2, 3, 12, 12) if mode == "conv" else torch.randn(4, 16, 32)
 
+from pcompile.inductor import features
+
+
+def current_worker():
+    """The backward worker of this process's backward-ahead manager (the feature registry owns it)."""
+    ahead = features.kept("backward_ahead")
+    return ahead.started if ahead is not None else None
+
+
 kills = []
 if mode.startswith("kill"):
-    from pcompile.inductor import backward_ahead
 
     def killer():
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and (mode == "kill-every" or not kills):
-            w = backward_ahead._worker
+            w = current_worker()
             if w is not None:
                 with w.lock:
                     busy, pid = w.busy, w.pid
@@ -95,14 +103,12 @@ if mode.startswith("kill"):
     threading.Thread(target=killer, name="test-killer", daemon=True).start()
 
 compiled = torch.compile(model, backend="pcompile", dynamic=True if mode == "dynamic" else None)
-from pcompile.inductor import backward_ahead
-
 stopped = []
 if mode == "stalled":  # a worker that never becomes ready in time (a busy node): SIGSTOP it while it starts
     def stopper():
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not stopped:
-            w = backward_ahead._worker
+            w = current_worker()
             pid = w.pid if w is not None else None
             if pid and not w.ready:
                 os.kill(pid, signal.SIGSTOP)
@@ -111,7 +117,7 @@ if mode == "stalled":  # a worker that never becomes ready in time (a busy node)
 
     threading.Thread(target=stopper, name="test-stopper", daemon=True).start()
 
-w0 = backward_ahead._worker
+w0 = current_worker()
 started_at_compile = bool(w0 is not None and w0.alive)  # before any graph exists
 t0 = time.monotonic()
 if mode == "infer":
@@ -127,7 +133,7 @@ worker_gone_s = None
 if mode in ("hot", "infer"):  # how long the worker started at torch.compile outlives the step (no use for it)
     t1 = time.monotonic()
     while time.monotonic() - t1 < 90:
-        w = backward_ahead._worker
+        w = current_worker()
         if w is None or not w.alive:
             worker_gone_s = time.monotonic() - t1
             break
@@ -302,17 +308,18 @@ def test_off_switch(tmp_path: Path) -> None:
 def test_whole_programs_turn_the_default_off(monkeypatch: pytest.MonkeyPatch) -> None:
     """Programs bundle the compiled backward, which a backward taken from the worker cannot be
     (its launchers are made): with PCOMPILE_PROGRAMS=1 the machine default gives way, a user's
-    explicit choice does not. The machine default is pinned on, as a GPU host would have it."""
-    from pcompile.inductor import backward_ahead
+    explicit choice does not (the conflict is declared in the feature registry). The machine
+    default is pinned on, as a GPU host would have it."""
+    from pcompile.inductor import backward_ahead, features
 
     monkeypatch.setattr(backward_ahead, "_default_on", lambda: True)
     monkeypatch.delenv("PCOMPILE_BACKWARD_AHEAD", raising=False)
     monkeypatch.setenv("PCOMPILE_PROGRAMS", "0")
-    assert backward_ahead.wanted()
+    assert features.wanted("backward_ahead")
     monkeypatch.setenv("PCOMPILE_PROGRAMS", "1")
-    assert not backward_ahead.wanted()
+    assert not features.wanted("backward_ahead") and features.wanted("programs")
     monkeypatch.setenv("PCOMPILE_BACKWARD_AHEAD", "1")
-    assert backward_ahead.wanted()
+    assert features.wanted("backward_ahead")
 
 
 def test_dynamic_shapes_are_not_shipped(tmp_path: Path) -> None:

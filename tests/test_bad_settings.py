@@ -21,13 +21,14 @@ model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Li
 fn = torch.compile(model, backend="pcompile")
 fn(torch.randn(4, 8)).square().mean().backward()
 
-from pcompile.inductor import hooks, pool_install
+from pcompile.inductor import hooks
+from pcompile.pool import choose
 from pcompile.compat import lazy_backward
-from pcompile.store.tiered import default_store
+from pcompile.store.compose import default_store
 
 used = default_store().settings
 print("RESULT " + json.dumps({"active": hooks.state.active, "max_bytes": used.max_bytes, "max_entries": used.max_entries,
-                              "read_only": used.read_only, "pool": pool_install.pool_kind()[0],
+                              "read_only": used.read_only, "pool": choose.pool_kind()[0],
                               "eager_backward": lazy_backward.wanted()}))
 '''
 

@@ -12,13 +12,14 @@ from conftest import run_cli
 from pcompile.config import Settings
 from pcompile.keys import make_key
 from pcompile.store.entry import Entry
+from pcompile.store.compose import open_store
 from pcompile.store.tiered import Store
 
 FP = {"torch": "t", "target_arch": "sm_90"}
 
 
 def _populate(tmp_path: Path, n: int = 3, size: int = 10_000) -> tuple[Store, list[Entry]]:
-    store = Store.open(Settings(cache_dir=tmp_path / "c", shared_dir=None))
+    store = open_store(Settings(cache_dir=tmp_path / "c", shared_dir=None))
     entries = []
     for i in range(n):
         key, inputs = make_key("kernel", f"src{i}", FP)
@@ -51,7 +52,7 @@ def test_stats_json_contract(tmp_path: Path) -> None:
 
 
 def test_explain_names_the_differing_field(tmp_path: Path) -> None:
-    store = Store.open(Settings(cache_dir=tmp_path / "c"))
+    store = open_store(Settings(cache_dir=tmp_path / "c"))
     ka, ia = make_key("graph", "same graph", {**FP, "target_name": "NVIDIA H100 80GB HBM3"})
     kb, ib = make_key("graph", "same graph", {**FP, "target_name": "NVIDIA H100 PCIe"})
     store.put(Entry(ka, {"g": b"a"}, ia))

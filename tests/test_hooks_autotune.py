@@ -43,7 +43,7 @@ elif mode == "predict":
 else:
     best = cache.read_best(meta, configs)
     out["best"] = None if best is None else {"kwargs": best.kwargs, "num_warps": best.num_warps}
-from pcompile.store.tiered import default_store
+from pcompile.store.compose import default_store
 st = default_store()
 layer = st.stats.data["layers"]["autotune"]
 out["autotune"] = {k: layer.get(k, 0) for k in ("hits", "misses", "untimed")}

@@ -50,7 +50,7 @@ def test_build_publishes_then_other_dir_hits_without_compiling(store_env: Path, 
     wrapped(str(tmp_path / "lock"), [second])
     assert second.builds == 0 and second.target.read_bytes() == first.target.read_bytes()
     assert os.access(second.target, os.X_OK)
-    from pcompile.store.tiered import default_store
+    from pcompile.store.compose import default_store
 
     stats = default_store().stats.data
     assert stats["compiles"] == 1 and stats["layers"]["kernel"] == {"hits": 1, "misses": 1}
@@ -62,7 +62,7 @@ def test_local_only_library_is_backfilled_not_counted(store_env: Path, tmp_path:
     cpp_cache.make_wrapper(_stock)(str(tmp_path / "lock"), [Builder(lib, tmp_path / "none.cpp")])
     manifests = _kernel_manifests(store_env)
     assert len(manifests) == 1 and '"backfill": true' in manifests[0].read_text()
-    from pcompile.store.tiered import default_store
+    from pcompile.store.compose import default_store
 
     assert default_store().stats.data["compiles"] == 0
 

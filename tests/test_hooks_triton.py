@@ -53,7 +53,7 @@ assert hooks.install_hooks() and "kernel.triton" in hooks.state.layers, hooks.st
 from pcompile.compat.triton_compile import compile_kernel_source
 kernel, _ = compile_kernel_source("triton_poi_fused_relu_0", open(sys.argv[1]).read())
 from pcompile.inductor import store_gateway
-from pcompile.store.tiered import default_store
+from pcompile.store.compose import default_store
 st = default_store()
 st.stats.flush()
 cubins = {}
@@ -106,7 +106,7 @@ static struct PyModuleDef D = {PyModuleDef_HEAD_INIT, "pc_native_probe", NULL, -
 PyMODINIT_FUNC PyInit_pc_native_probe(void) { return PyModule_Create(&D); }
 """
 mod = compile_module_from_src(src, "pc_native_probe")
-from pcompile.store.tiered import default_store
+from pcompile.store.compose import default_store
 st = default_store()
 st.stats.flush()
 sos = [n for _, _, fs in os.walk(os.environ["TRITON_CACHE_DIR"]) for n in fs if n.endswith(".so")]

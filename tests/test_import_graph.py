@@ -12,7 +12,9 @@ a literal name. The floors (README, Layout):
     3  cli: the commands
 
 A package may import its own floor or any below it; imports between packages of one floor must
-not form a cycle. A new package must be given a floor here before it can land.
+not form a cycle, and neither may imports between the modules of one package. Imports under
+`if TYPE_CHECKING:` are annotations, not dependencies. A new package must be given a floor here
+before it can land.
 """
 
 from __future__ import annotations
@@ -67,16 +69,32 @@ def _resolve(node: ast.ImportFrom, module: str, is_pkg: bool) -> list[str]:
     return [base]
 
 
-def _imports(path: Path) -> list[tuple[str, int]]:
-    """(imported module, line) for every pcompile import in one file, wherever it sits."""
+def _typing_only(tree: ast.AST) -> set[int]:
+    """ids of the nodes under `if TYPE_CHECKING:` (annotations only: never imported at run time)."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.body:
+                out |= {id(n) for n in ast.walk(child)}
+    return out
+
+
+def _imports(path: Path, *, modules: bool = False) -> list[tuple[str, int]]:
+    """(imported module, line) for every pcompile import in one file, wherever it sits (but under
+    `if TYPE_CHECKING:`). `modules`: `from pkg import mod` names the module `pkg.mod` itself."""
     module = _module_name(path)
     tree = ast.parse(path.read_text(), str(path))
+    skip = _typing_only(tree)
     found: list[tuple[str, int]] = []
     for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.Import):
             found += [(a.name, node.lineno) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            found += [(m, node.lineno) for m in _resolve(node, module, path.name == "__init__.py")]
+            for base in _resolve(node, module, path.name == "__init__.py"):
+                named = [f"{base}.{a.name}" for a in node.names] if modules and node.module is not None else []
+                found += [(m, node.lineno) for m in named if _is_module(m)] or [(base, node.lineno)]
         elif isinstance(node, ast.Call):
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
@@ -85,6 +103,11 @@ def _imports(path: Path) -> list[tuple[str, int]]:
                 if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
                     found.append((arg.value, node.lineno))
     return [(m, line) for m, line in found if m == "pcompile" or m.startswith("pcompile.")]
+
+
+def _is_module(name: str) -> bool:
+    rel = ROOT.parent.joinpath(*name.split("."))
+    return rel.with_suffix(".py").exists() or (rel / "__init__.py").exists()
 
 
 def _edges() -> dict[tuple[str, str], list[str]]:
@@ -139,6 +162,92 @@ def test_no_cycle_between_packages():
                 seen.add(node)
                 todo += graph.get(node, ())
     assert not cycles, "import cycles between packages:\n" + "\n".join(sorted(cycles))
+
+
+def _module_graph() -> dict[str, dict[str, str]]:
+    """module -> {imported module of the same package: `file:line`}. A package's __init__ is left
+    out as a target: importing `pkg.mod` runs it, which is no dependency of `mod` on its siblings."""
+    graph: dict[str, dict[str, str]] = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        src = _module_name(path)
+        pkg = _package_of(src)
+        if pkg == TOP:
+            continue
+        out = graph.setdefault(src, {})
+        for target, line in _imports(path, modules=True):
+            if target != src and _package_of(target) == pkg and _is_module(target) \
+                    and not (ROOT.parent / target.replace(".", "/") / "__init__.py").exists():
+                out.setdefault(target, f"{path.relative_to(ROOT.parent)}:{line}")
+    return graph
+
+
+def _module_cycles(graph: dict[str, dict[str, str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(graph.get(root, ())))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on.add(child)
+                    work.append((child, iter(graph.get(child, ()))))
+                elif child in on:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp = []
+                while True:
+                    top = stack.pop()
+                    on.discard(top)
+                    comp.append(top)
+                    if top == node:
+                        break
+                if len(comp) > 1:
+                    found.append(sorted(comp))
+    return found
+
+
+def test_no_cycle_between_modules_of_one_package():
+    """Inside a package too: a module that imports (even inside a function) one that imports it
+    back is one job split in two, or a callback that should be handed in (inductor/features.py
+    hands the hooks to programs.py rather than have it import them)."""
+    graph = _module_graph()
+    cycles = []
+    for comp in _module_cycles(graph):
+        members = set(comp)
+        where = [f"  {src} -> {dst} ({at})" for src in comp for dst, at in graph[src].items() if dst in members]
+        cycles.append(" <-> ".join(comp) + ":\n" + "\n".join(where))
+    assert not cycles, "import cycles between modules of one package:\n" + "\n".join(cycles)
+
+
+def test_the_module_graph_finds_a_cycle():
+    """A circle made on purpose (two modules of one package importing each other, one inside a
+    function) is found; without this the test above could pass by seeing nothing."""
+    a, b = ROOT / "store" / "_cycle_probe_a.py", ROOT / "store" / "_cycle_probe_b.py"
+    a.write_text("from pcompile.store import _cycle_probe_b\n")
+    b.write_text("def f():\n    from pcompile.store import _cycle_probe_a\n")
+    try:
+        comps = _module_cycles(_module_graph())
+    finally:
+        a.unlink()
+        b.unlink()
+    assert ["pcompile.store._cycle_probe_a", "pcompile.store._cycle_probe_b"] in comps
 
 
 def test_no_module_over_500_lines():

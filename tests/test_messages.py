@@ -17,7 +17,7 @@ from pcompile.config import Settings
 from pcompile.keys import make_key
 from pcompile.store import hits, usage
 from pcompile.store.entry import Entry
-from pcompile.store.tiered import Store
+from pcompile.store.compose import open_store
 
 
 # -- hits -------------------------------------------------------------------------------------
@@ -74,7 +74,7 @@ def test_a_captured_profile_of_another_build_is_one_line_with_what_to_do(tmp_pat
 # -- every byte -------------------------------------------------------------------------------
 def _cache(tmp_path: Path) -> Path:
     root = tmp_path / "c"
-    store = Store.open(Settings(cache_dir=root, shared_dir=None))
+    store = open_store(Settings(cache_dir=root, shared_dir=None))
     for i in range(3):
         key, inputs = make_key("kernel", f"src{i}", {"torch": "t"})
         store.put(Entry(key, {"code": os.urandom(20_000)}, inputs, compile_seconds=1.0))

@@ -24,10 +24,11 @@ RANK = textwrap.dedent("""\
     from pcompile.config import Settings
     from pcompile.keys import make_key
     from pcompile.store.entry import Entry
+    from pcompile.store.compose import open_store
     from pcompile.store.tiered import Store
 
     names, log, compile_s, start_at = sys.argv[1].split(","), sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
-    store = Store.open(Settings.from_env())
+    store = open_store(Settings.from_env())
     shared = store.tiers[1]
     shared_reads = {}
     original_get = shared.get
@@ -66,9 +67,10 @@ HOLDER = textwrap.dedent("""\
     import os, signal, sys
     from pcompile.config import Settings
     from pcompile.keys import make_key
+    from pcompile.store.compose import open_store
     from pcompile.store.tiered import Store
 
-    store = Store.open(Settings.from_env())
+    store = open_store(Settings.from_env())
     key, _ = make_key("kernel", sys.argv[1], {"torch": "sim", "target_arch": "sm_90"})
     lease = store.acquire_or_wait(key)
     assert lease is not None and not hasattr(lease, "blobs"), lease

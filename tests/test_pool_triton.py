@@ -122,10 +122,11 @@ def test_kernels_compile_for_sm90_in_the_node_pool_and_land_in_the_store(env: di
     # A second process (same cache dir) gets every kernel from the store, compiling nothing.
     second = run(COMPILE_ALL + textwrap.dedent("""
         from pcompile.config import Settings
+        from pcompile.store.compose import open_store
         from pcompile.store.tiered import Store
         from pcompile.compat import pool_hook
         r = pool_install.KernelRouter("local")  # only for its key_for()
-        store = Store.open(Settings.from_env())
+        store = open_store(Settings.from_env())
         found = []
         for k in KERNELS:
             job = pool_hook.TritonJob(k["name"], k["source"], {}, {"use_static_triton_launcher": torch._inductor.config.use_static_triton_launcher})

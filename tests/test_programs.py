@@ -188,8 +188,8 @@ def test_model_compile_of_torch_code_is_not_stored(lib: Path, cache_env: dict[st
         import sys, torch
         sys.path.insert(0, {str(lib)!r})
         from model import Net
-        from pcompile.inductor import programs
-        programs.install()
+        from pcompile.inductor import hooks, programs
+        hooks.at_torch_compile()  # what torch.compile(backend="pcompile") does first
         net = Net()
         net.compile(backend="pcompile")
         net(torch.ones(4, 16)).backward()

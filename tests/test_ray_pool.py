@@ -114,6 +114,7 @@ def test_triton_kernels_for_sm90_compile_on_ray_actors_and_land_in_the_store(clu
     from torch._inductor.runtime.compile_tasks import _worker_compile_triton
     from torch._inductor.codecache import _load_triton_kernel_from_source
     from pcompile.config import Settings
+    from pcompile.store.compose import open_store
     from pcompile.store.tiered import Store
     from pcompile.compat import pool_hook
     kernels = json.load(open({str(data)!r}))["kernels"]
@@ -128,7 +129,7 @@ def test_triton_kernels_for_sm90_compile_on_ray_actors_and_land_in_the_store(clu
         raw = [getattr(getattr(r, "kernel", None), "cubin_raw", None) for r in kernel.compile_results]
         out["kernels"].append([type(kernel).__name__, all(c is not None and c[:4] == b"\\x7fELF" for c in raw)])
     router = pool_install.router()
-    store = Store.open(Settings.from_env())
+    store = open_store(Settings.from_env())
     for k in kernels:
         key = router.key_for(pool_hook.TritonJob(k["name"], k["source"], extra_env, extra_config))[0]
         entry = store.get(key)

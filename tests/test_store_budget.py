@@ -9,7 +9,7 @@ from pcompile.config import Settings
 from pcompile.keys import make_key
 from pcompile.store.entry import Entry
 from pcompile.store.gc import collect_garbage
-from pcompile.store.tiered import Store
+from pcompile.store.compose import open_store
 
 
 def _entry(name: str, size: int) -> Entry:
@@ -19,7 +19,7 @@ def _entry(name: str, size: int) -> Entry:
 
 def test_burst_of_writes_stays_within_the_budget(tmp_path: Path) -> None:
     budget = 400_000
-    store = Store.open(Settings(cache_dir=tmp_path / "c", max_bytes=budget, min_free_bytes=0))
+    store = open_store(Settings(cache_dir=tmp_path / "c", max_bytes=budget, min_free_bytes=0))
     collect_garbage(store.local, max_bytes=budget)  # what a node's GC leaves: the usage record
     for i in range(30):
         store.put(_entry(f"e{i}", 50_000))
@@ -30,6 +30,6 @@ def test_burst_of_writes_stays_within_the_budget(tmp_path: Path) -> None:
 
 
 def test_no_gc_record_yet_means_no_refusal(tmp_path: Path) -> None:
-    store = Store.open(Settings(cache_dir=tmp_path / "c", max_bytes=10, min_free_bytes=0))
+    store = open_store(Settings(cache_dir=tmp_path / "c", max_bytes=10, min_free_bytes=0))
     assert store.put(_entry("first", 1000))
     assert store.get(_entry("first", 1).key) is not None

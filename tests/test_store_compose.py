@@ -20,7 +20,7 @@ import json
 from pcompile.keys import make_key
 from pcompile.keys.key import KeyInputs
 from pcompile.store.entry import Entry
-from pcompile.store.tiered import default_store
+from pcompile.store.compose import default_store
 
 store = default_store()
 key, inputs = make_key("graph", "def f(): pass", {"torch": "x"})

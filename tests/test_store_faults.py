@@ -17,6 +17,7 @@ from conftest import REPO, child_env, run_cli
 from pcompile.config import Settings
 from pcompile.keys import make_key
 from pcompile.store.entry import Entry
+from pcompile.store.compose import open_store
 from pcompile.store.tiered import Store
 
 WORKER = str(REPO / "tests" / "store_worker.py")
@@ -24,7 +25,7 @@ FP = {"torch": "test", "target_arch": "sm_90"}
 
 
 def _store(tmp_path: Path, node: str = "node", **kw) -> Store:
-    return Store.open(Settings(cache_dir=tmp_path / node, shared_dir=tmp_path / "shared", **kw))
+    return open_store(Settings(cache_dir=tmp_path / node, shared_dir=tmp_path / "shared", **kw))
 
 
 def _entry(name: str, size: int = 50_000) -> Entry:

@@ -83,7 +83,7 @@ def test_second_process_waits_for_the_first_and_gets_a_hit(store_env: Path, tmp_
         holder.wait(timeout=60)
     assert entry is not None and entry.blobs["value"] == b"from the other process"
     assert waited > 0.5 and store_gateway.held_keys() == []
-    from pcompile.store.tiered import default_store
+    from pcompile.store.compose import default_store
 
     data = default_store().stats.data
     assert data["lease_waits"] >= 1 and data["layers"]["graph"]["hits"] >= 1

@@ -21,7 +21,8 @@ PROBE = textwrap.dedent("""\
     os.chdir(user)
     mode = FakeTensorMode()
     w = writes.Writes(run, [str(cache)], [str(user)], lambda t: getattr(t, "fake_mode", None) is mode)
-    writes.install(w)
+    from pcompile.warm import protect
+    protect.install(w)
     out = {}
     os.makedirs("out", exist_ok=True)                       # relative: in the user's tree
     with open("out/log.txt", "a") as fh:

@@ -410,7 +410,7 @@ def lease_dir_full(work: Path, stock: str) -> Row:
     with tmpfs(work / "s", "2m") as s:
         if os.environ.get("FAULTS_EMPTY_SHARED") != "1":  # an existing shared tier whose disk filled up
             run = [sys.executable, "-c", "import sys; from pcompile.config import Settings; from pcompile.store.tiered "
-                   "import Store; Store.open(Settings.from_env(cache_dir=sys.argv[1], shared_dir=sys.argv[2]))",
+                   "import Store; from pcompile.store.compose import open_store; open_store(Settings.from_env(cache_dir=sys.argv[1], shared_dir=sys.argv[2]))",
                    str(work / "c0"), str(s)]
             subprocess.run(run, env=_env({}), check=True, capture_output=True)
         fill(s)

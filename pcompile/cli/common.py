@@ -20,9 +20,9 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 
 def open_store(args: argparse.Namespace, must_exist: bool = False, writable: bool = False):
-    from pcompile.store.tiered import Store
+    from pcompile.store.compose import open_store
 
-    return Store.open(settings_from(args), must_exist=must_exist, writable=writable)
+    return open_store(settings_from(args), must_exist=must_exist, writable=writable)
 
 
 def emit(args: argparse.Namespace, obj: Any, text: str) -> None:

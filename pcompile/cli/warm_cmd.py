@@ -68,7 +68,8 @@ def split_rest(args: argparse.Namespace) -> tuple[str, list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pcompile.warm.runner import WarmOptions, lines, run_warm
+    from pcompile.warm.report import report_lines as lines
+    from pcompile.warm.runner import WarmOptions, run_warm
 
     if not args.rest:
         from pcompile.errors import PcompileError

@@ -52,7 +52,7 @@ PRIVATE = ("torch._inductor.async_compile.AsyncCompile._ready_future",
            "torch._inductor.runtime.triton_heuristics.CachingAutotuner.prepare_for_pickle",
            "torch._inductor.runtime.triton_heuristics.CachingAutotuner.restore_after_unpickle")
 
-#: What a pool worker imports before its first job (the forkserver preloads them; pool_install.py).
+#: What a pool worker imports before its first job (the forkserver preloads them; kernel_router.py).
 WORKER_MODULES = ("torch", "torch._inductor.runtime.compile_tasks", "torch._inductor.runtime.triton_heuristics")
 _ORIGINAL = "_pcompile_original_process_pool"
 _INSTALLED_FLAG = "_pcompile_pool_factory"

@@ -17,33 +17,17 @@ import re
 from typing import Any, Iterator
 
 from pcompile.warn import warn_once
-from pcompile.inductor import backward_ahead, store_gateway, hooks, private_dir
+from pcompile.inductor import features, hooks, private_dir, store_gateway
 from pcompile import compat
 from pcompile.inductor.timing import span
 
 _ALLOWED = {"mode", "options", "dynamic", "config_patches", "name"}  # name: torch 2.15 forwards torch.compile(name=)
 
-# torch.compile(backend="inductor") has imported Inductor's compiler by the time it returns; do
-# the same when torch.compile resolves backend="pcompile" (this import), so the first step pays
-# for compiling, not for importing (~1-2 s of module loading).
-try:
-    from pcompile.compat import compile_wrapper as _wrapper
-
-    _wrapper.import_compiler()
-except Exception:  # pragma: no cover - an import error shows up again, with context, at compile
-    pass
-# torch.compile(m, backend="pcompile") imports this module before Dynamo wraps m: turn
-# whole-program entries on now, so a stored program of m is found at this very call.
-try:
-    from pcompile.inductor import programs as _programs
-
-    _programs.install()
-except Exception:  # pragma: no cover - the compile still works, traced as usual
-    pass
-# With backward ahead on, its worker starts with the hooks: install them now, at torch.compile,
-# not at the first graph (backward_ahead.py says why the worker must start early).
-if backward_ahead.wanted():
-    hooks.install_hooks()
+# torch.compile(m, backend="pcompile") imports this module (Dynamo resolves the backend's entry
+# point) before it wraps m: this is the torch.compile call, when the registry's COMPILE features
+# act (features.py: Inductor's compiler imported, whole-program entries on, backward ahead's worker
+# started with the hooks).
+hooks.at_torch_compile()
 
 
 def normalize(gm: Any) -> None:
@@ -86,11 +70,14 @@ def compile_scope(gm: Any) -> Iterator[None]:
 
         eager = lazy_backward.eager_backward()
     name, cid = _graph_name(gm)
+    ahead = features.handle("backward_ahead")  # its worker speculates only inside our own backend calls
+    allowed = ahead.allowed() if ahead is not None else contextlib.nullcontext()
     with span("graph_compile", name=name, compile_id=cid, backend="pcompile") as ev, store_gateway.scope() as sc, eager, \
-            backward_ahead.allowed():
+            allowed:
         yield
         ev.outcome = sc.outcome
-    backward_ahead.scope_ended(sc.outcome)
+    if ahead is not None:
+        ahead.scope_ended(sc.outcome)
 
 
 def _stock(gm: Any, example_inputs: Any, mode: str | None, options: dict[str, Any] | None,

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from pcompile.inductor.timing import emit, now
 from pcompile.settings import BACKWARD_AHEAD
@@ -41,9 +41,6 @@ log = logging.getLogger("pcompile.inductor")
 #: How long the parent waits for a job the worker has taken to claim its key (a job not yet
 #: taken is compiled by the parent instead: _wait_for_claim).
 CLAIM_TIMEOUT_S = 60.0
-
-_tls = threading.local()
-
 
 #: Fewer usable CPUs than this: the worker's lowering would take cores from the kernel compiles.
 MIN_CPUS = 8
@@ -57,20 +54,15 @@ def wanted() -> bool:
     the job's GPU (~0.6 GB) until the job ends, the first graph proves all hits, or two idle minutes
     pass. CPU-only hosts keep it off: their C++ kernels need the cores.
 
-    Whole-program entries (PCOMPILE_PROGRAMS=1) keep it off too: they bundle the compiled
-    backward into the AOTAutograd entry, and a backward taken from the worker's entry has made
-    its Triton launchers already, which torch refuses to pickle (H100, torch 2.11: "pickle should
-    not be called with after make_launchers()"), so the program was never stored."""
+    Whole-program entries (PCOMPILE_PROGRAMS=1) keep the default off too (declared in the feature
+    registry, features.py: backward ahead yields to programs): they bundle the compiled backward
+    into the AOTAutograd entry, and a backward taken from the worker's entry has made its Triton
+    launchers already, which torch refuses to pickle (H100, torch 2.11: "pickle should not be
+    called with after make_launchers()"), so the program was never stored."""
     chosen = BACKWARD_AHEAD.get()
     if chosen is None:
-        return _default_on() and not _programs_wanted()
+        return _default_on()
     return chosen
-
-
-def _programs_wanted() -> bool:
-    from pcompile.inductor import programs
-
-    return programs.wanted()
 
 
 @functools.lru_cache(maxsize=None)
@@ -90,13 +82,6 @@ def _default_on() -> bool:
         return bool(torch.cuda.is_available())
     except Exception:
         return False
-
-
-@contextlib.contextmanager
-def allowed() -> Iterator[None]:
-    """Speculate only inside pcompile's own backend calls (other backends' graphs are not ours)."""
-    with raised(_tls, "allowed"):
-        yield
 
 
 @dataclasses.dataclass(eq=False)
@@ -301,128 +286,137 @@ def _close(proc: subprocess.Popen[bytes]) -> None:
     proc.poll()  # reaped if it has exited
 
 
-_worker: Worker | None = None
-_worker_lock = threading.Lock()
-_pending: dict[int, Job] = {}  # id(bw_module) -> its job
+class BackwardAhead:
+    """This process's speculation: its worker, the jobs shipped to it, and when to let it go.
 
+    One per process, made and owned by the feature registry (features.py), which hands it to
+    compat.backward_graph (`on_partition`, `around_backward`) and store_gateway (`on_lookup`), and
+    to the backend's compile scope (`allowed`, `scope_ended`). `wanted` is the registry's answer
+    (this module's `wanted()` with the declared conflicts resolved)."""
 
-def worker() -> Worker:
-    global _worker
-    with _worker_lock:
-        if _worker is None:
-            _worker = Worker()
-            atexit.register(_worker.close)
-        return _worker
+    def __init__(self, wanted: Callable[[], bool] = wanted) -> None:
+        self.wanted = wanted
+        self._tls = threading.local()
+        self._lock = threading.Lock()
+        self._worker: Worker | None = None
+        self._pending: dict[int, Job] = {}  # id(bw_module) -> its job
+        self._first_scope_seen = False
+        self._first_autograd_seen = False
+        self._let_go = False
 
+    @property
+    def started(self) -> Worker | None:
+        """The worker if one was ever made (tests and logs); None before."""
+        return self._worker
 
-_first_scope_seen = False
+    def worker(self) -> Worker:
+        with self._lock:
+            if self._worker is None:
+                self._worker = Worker()
+                atexit.register(self._worker.close)
+            return self._worker
 
+    @contextlib.contextmanager
+    def allowed(self) -> Iterator[None]:
+        """Speculate only inside pcompile's own backend calls (other backends' graphs are not ours)."""
+        with raised(self._tls, "allowed"):
+            yield
 
-def start_early() -> None:
-    """The process has committed to pcompile: start the worker now (hooks.py calls this)."""
-    if wanted():
-        worker().start()
+    def _allowed_here(self) -> bool:
+        return is_raised(self._tls, "allowed") and self.wanted()
 
+    def start_early(self) -> None:
+        """The process has committed to pcompile: start the worker now (the registry calls this)."""
+        if self.wanted():
+            self.worker().start()
 
-def scope_ended(outcome: str | None) -> None:
-    """A backend call ended. If it was this process's first and it compiled nothing (a hot job)
-    or shipped no backward (an inference graph), the worker started early has nothing to do, so
-    it goes (a later miss starts it again)."""
-    global _first_scope_seen
-    first, _first_scope_seen = not _first_scope_seen, True
-    if not first:
-        return
-    if outcome == "hit":
-        _let_unused_worker_go("the first graph was all hits")
-    elif _worker is not None and _worker.next_id == 0:
-        _let_unused_worker_go("the first graph had no backward to ship")
+    def scope_ended(self, outcome: str | None) -> None:
+        """A backend call ended. If it was this process's first and it compiled nothing (a hot job)
+        or shipped no backward (an inference graph), the worker started early has nothing to do, so
+        it goes (a later miss starts it again)."""
+        first, self._first_scope_seen = not self._first_scope_seen, True
+        if not first:
+            return
+        if outcome == "hit":
+            self._let_unused_worker_go("the first graph was all hits")
+        elif self._worker is not None and self._worker.next_id == 0:
+            self._let_unused_worker_go("the first graph had no backward to ship")
 
+    def on_lookup(self, kind: str, key: str, outcome: str) -> None:
+        """store_gateway calls this. An AOTAutograd entry this process must compile starts the
+        worker (if start_early did not). If the process's first AOTAutograd entry is in the store
+        or being compiled by another process (a hot start, or a rank that waits for another rank),
+        the worker started early is let go before it has finished importing for nothing."""
+        if kind != "autograd" or not self._allowed_here():
+            return
+        first, self._first_autograd_seen = not self._first_autograd_seen, True
+        if outcome == "leased" and not self._let_go:  # (after a let-go, only a shipped backward starts one)
+            self.worker().start()
+        elif first and outcome in ("hit", "waiting"):
+            self._let_unused_worker_go("the first AOTAutograd entry is "
+                                       + ("stored" if outcome == "hit" else "another process's"))
 
-_first_autograd_seen = False
+    def _let_unused_worker_go(self, why: str) -> None:
+        w = self._worker
+        if w is not None and w.alive and w.idle() and not self._pending:
+            log.info("pcompile: %s; closing the backward worker", why)
+            self._let_go = True
+            w.close(unused=True)
 
+    def on_partition(self, part: Any) -> None:
+        """compat.backward_graph calls this with every partitioned joint graph."""
+        if not self._allowed_here():
+            return
+        if part.why_not is not None:
+            log.info("pcompile: backward not compiled ahead: %s", part.why_not)
+            emit("backward_ahead", now(), 0.0, outcome="skipped", reason=part.why_not)
+            return
+        from pcompile.compat import backward_graph
 
-def on_lookup(kind: str, key: str, outcome: str) -> None:
-    """store_gateway calls this. An AOTAutograd entry this process must compile starts the worker (if
-    start_early did not). If the process's first AOTAutograd entry is in the store or being
-    compiled by another process (a hot start, or a rank that waits for another rank), the worker
-    started early is let go before it has finished importing for nothing."""
-    global _first_autograd_seen
-    if kind != "autograd" or not is_raised(_tls, "allowed") or not wanted():
-        return
-    first, _first_autograd_seen = not _first_autograd_seen, True
-    if outcome == "leased" and not _let_go:  # (after a let-go, only a shipped backward starts one)
-        worker().start()
-    elif first and outcome in ("hit", "waiting"):
-        _let_unused_worker_go("the first AOTAutograd entry is " + ("stored" if outcome == "hit" else "another process's"))
+        t0 = now()
+        guessed = part.predicted.inputs or backward_graph.placeholder_vals(part.bw_module)
+        try:
+            data = backward_graph.dumps(part.bw_module, guessed)
+        except Exception as exc:  # not shippable: the parent compiles it as always
+            log.info("pcompile: backward not compiled ahead: cannot serialise it (%s: %s)", type(exc).__name__, exc)
+            emit("backward_ahead", t0, now() - t0, outcome="skipped", reason=f"{type(exc).__name__}")
+            return
+        job = self._pending[id(part.bw_module)] = self.worker().submit(data, guessed)
+        job.labels = part.predicted.labels
+        emit("backward_ship", t0, now() - t0, bytes=len(data), restrided=part.predicted.restrided)
 
+    @contextlib.contextmanager
+    def around_backward(self, bw_module: Any, placeholders: list[Any]) -> Iterator[None]:
+        """The parent is about to compile `bw_module` with `placeholders`: if the shipped twin was
+        compiled for the same inputs and the worker has taken it, let it claim the key first (the
+        parent then waits for its result through single-flight); if not, drop it and compile here
+        at once. Chosen per graph: a worker still starting or busy never makes the parent wait."""
+        job = self._pending.pop(id(bw_module), None)
+        if job is None:
+            yield
+            return
+        from pcompile.compat import backward_graph
 
-_let_go = False
-
-
-def _let_unused_worker_go(why: str) -> None:
-    global _let_go
-    w = _worker
-    if w is not None and w.alive and w.idle() and not _pending:
-        log.info("pcompile: %s; closing the backward worker", why)
-        _let_go = True
-        w.close(unused=True)
-
-
-def on_partition(part: Any) -> None:
-    """compat.backward_graph calls this with every partitioned joint graph."""
-    if not is_raised(_tls, "allowed") or not wanted():
-        return
-    if part.why_not is not None:
-        log.info("pcompile: backward not compiled ahead: %s", part.why_not)
-        emit("backward_ahead", now(), 0.0, outcome="skipped", reason=part.why_not)
-        return
-    from pcompile.compat import backward_graph
-
-    t0 = now()
-    guessed = part.predicted.inputs or backward_graph.placeholder_vals(part.bw_module)
-    try:
-        data = backward_graph.dumps(part.bw_module, guessed)
-    except Exception as exc:  # not shippable: the parent compiles it as always
-        log.info("pcompile: backward not compiled ahead: cannot serialise it (%s: %s)", type(exc).__name__, exc)
-        emit("backward_ahead", t0, now() - t0, outcome="skipped", reason=f"{type(exc).__name__}")
-        return
-    job = _pending[id(part.bw_module)] = worker().submit(data, guessed)
-    job.labels = part.predicted.labels
-    emit("backward_ship", t0, now() - t0, bytes=len(data), restrided=part.predicted.restrided)
-
-
-@contextlib.contextmanager
-def around_backward(bw_module: Any, placeholders: list[Any]) -> Iterator[None]:
-    """The parent is about to compile `bw_module` with `placeholders`: if the shipped twin was
-    compiled for the same inputs and the worker has taken it, let it claim the key first (the
-    parent then waits for its result through single-flight); if not, drop it and compile here at
-    once. Chosen per graph: a worker still starting or busy never makes the parent wait."""
-    job = _pending.pop(id(bw_module), None)
-    if job is None:
+        t0 = now()
+        w = self.worker()
+        differs = backward_graph.differing_inputs(job.guessed, placeholders, job.labels)
+        job.guessed = []
+        if differs:
+            if not w.cancel(job):
+                w.interrupt(job)
+            state = "mispredicted"
+            log.info("pcompile: backward compiled ahead is unusable: the compiled forward saved %d tensor(s) with "
+                     "other strides than predicted (%s)", len(differs), "; ".join(differs[:3]))
+        else:
+            state = _wait_for_claim(w, job)
+        waited = now() - t0
+        hits = backward_graph.fx_cache_hits()
         yield
-        return
-    from pcompile.compat import backward_graph
-
-    t0 = now()
-    w = worker()
-    differs = backward_graph.differing_inputs(job.guessed, placeholders, job.labels)
-    job.guessed = []
-    if differs:
-        if not w.cancel(job):
-            w.interrupt(job)
-        state = "mispredicted"
-        log.info("pcompile: backward compiled ahead is unusable: the compiled forward saved %d tensor(s) with "
-                 "other strides than predicted (%s)", len(differs), "; ".join(differs[:3]))
-    else:
-        state = _wait_for_claim(w, job)
-    waited = now() - t0
-    hits = backward_graph.fx_cache_hits()
-    yield
-    used = backward_graph.fx_cache_hits() > hits and state in ("claimed", "done")
-    outcome = "used" if used else ("not-used" if state in ("claimed", "done") else state)
-    emit("backward_ahead", t0, now() - t0, outcome=outcome, waited_for_claim_s=round(waited, 3),
-         differs=len(differs), first_difference=differs[0] if differs else "", differences=differs[:12])
-    log.info("pcompile: backward compiled ahead: %s (job %s)", outcome, state)
+        used = backward_graph.fx_cache_hits() > hits and state in ("claimed", "done")
+        outcome = "used" if used else ("not-used" if state in ("claimed", "done") else state)
+        emit("backward_ahead", t0, now() - t0, outcome=outcome, waited_for_claim_s=round(waited, 3),
+             differs=len(differs), first_difference=differs[0] if differs else "", differences=differs[:12])
+        log.info("pcompile: backward compiled ahead: %s (job %s)", outcome, state)
 
 
 def _wait_for_claim(w: Worker, job: Job) -> str:

@@ -18,7 +18,7 @@ Mechanism, chosen over the alternatives:
   constants follow). Nothing else in the entry depends on the index, so the graph runs on cuda:j
   exactly as if compiled there: same kernels, same numerics. Code naming any device the patterns
   do not account for is refused (torch recompiles). Kernel results from the compile pool are
-  keyed by their cuda:0 source and rebound to the requesting kernel's index (pool_install.py).
+  keyed by their cuda:0 source and rebound to the requesting kernel's index (kernel_router.py).
 - Compiles are untouched: each rank compiles on its own device, as stock does.
 
 Alternatives measured or read, and why not:

@@ -45,15 +45,8 @@ def route_default_backend() -> bool:
             compile_wrapper.check_shape()
         except (CompatError, AttributeError):
             return False
-        compile_wrapper.route_through(_routed, on_build=_programs_on)
+        compile_wrapper.route_through(_routed, on_build=hooks.at_torch_compile)
         return True
-
-
-def _programs_on() -> None:
-    """At torch.compile(m): whole-program entries must be on before Dynamo looks for one."""
-    from pcompile.inductor import programs
-
-    programs.install()
 
 
 def install() -> bool:

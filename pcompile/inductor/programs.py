@@ -35,7 +35,6 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from pcompile import compat
 from pcompile.inductor import store_gateway
 from pcompile.warn import warn_once
 from pcompile.inductor.timing import emit, now, span
@@ -62,6 +61,7 @@ class _State:
         self.guarded: dict[int, int] = {}       # code -> guarded versions in the last stored program
         self.dispatch: dict[int, list[int]] = {}  # code -> dispatch_state() of its last conversion / of the loaded program
         self.installed = False
+        self.hooks_on: Callable[[], bool] = lambda: False
 
 
 _state = _State()
@@ -76,18 +76,15 @@ def wanted() -> bool:
     return bool(PROGRAMS.get())
 
 
-def install() -> bool:
-    """Route torch's precompile packages through the store (idempotent). False: not in this torch."""
-    if not wanted():
-        return False
+def install(hooks_on: Callable[[], bool]) -> bool:
+    """Route torch's precompile packages through the store (idempotent). The feature registry
+    (features.py) calls this at torch.compile, once `wanted()` and compat.dynamo_package agree;
+    `hooks_on` turns pcompile's hooks on at the first load (hooks.install_hooks, handed in: this
+    module never imports the hooks)."""
     with _lock:
+        _state.hooks_on = hooks_on
         if _state.installed:
             return True
-        reason = compat.check("dynamo_package")
-        if reason is not None:
-            warn_once("programs", f"pcompile: whole-program entries are off in this torch ({reason}); "
-                      "restarts trace with Dynamo as usual, the other caches are on")
-            return False
         from pcompile.compat import dynamo_package
 
         dynamo_package.install(_Hooks())
@@ -189,9 +186,7 @@ class _Hooks:
     """compat.dynamo_package.Hooks: the store behind torch's DynamoCache."""
 
     def load(self, fn: Callable[..., Any], backend: Any, flags: dict[str, Any]) -> Any | None:
-        from pcompile.inductor import hooks
-
-        if not hooks.install_hooks():
+        if not _state.hooks_on():
             return None
         try:
             found = identity(fn, backend, flags)

@@ -56,7 +56,8 @@ _listeners: list[Callable[[str, str, str], None]] = []
 
 
 def add_listener(fn: Callable[[str, str, str], None]) -> None:
-    _listeners.append(fn)
+    if fn not in _listeners:  # a reinstalled feature (tests) is told once, not twice
+        _listeners.append(fn)
 
 
 _published_listeners: list[Callable[[str], None]] = []
@@ -83,7 +84,7 @@ def store() -> Any | None:
     if private_dir.active():
         return None  # the cache dir failed: nothing is looked up or published any more
     try:
-        from pcompile.store.tiered import default_store
+        from pcompile.store.compose import default_store
 
         st = default_store()
         if st.on_local_fault is None:
@@ -278,6 +279,34 @@ def lookup(kind: str, inductor_key: str, *, single_flight: bool = True, counted:
     except Exception as exc:
         warn_once(f"lookup:{kind}", f"pcompile: cache lookup failed ({type(exc).__name__}: {exc}); compiling without it")
         return None
+
+
+def get_or_compute(key: Key, compute: Callable[[], Entry], *, artifact: str,
+                   **fields: Any) -> tuple[Entry, str] | None:
+    """One compile per key across every process, for entries pcompile keys itself (the compile
+    pool's kernels: layer_keys.pool_kernel_key), not through an Inductor key: the stored entry
+    (`hit`), another process's result (`waited`), or `compute()`'s, published (`compiled`).
+
+    Counted as one look-up of the key's layer (store/hits.py), as a `cache_lookup` event with
+    `fields`, in the enclosing compile scope, and told to the listeners as kind `artifact`. None
+    when there is no store (warned once; the caller compiles uncached). Errors of the store or of
+    `compute` are the caller's: it knows its fallback."""
+    st = store()
+    if st is None:
+        return None
+    t0 = now()
+    entry, outcome = st.get_or_compute(key, compute)  # counts hit/miss per layer in the store's stats
+    hit = outcome != "compiled"
+    extra = {"saved_s": entry.compile_seconds} if hit else {}
+    emit("cache_lookup", t0, now() - t0 if hit else 0.0, layer=key.layer, tier="store", key=str(key),
+         artifact=artifact, outcome="hit" if hit else "miss", **extra, **fields)
+    if hit:
+        _note("hits")
+    elif key.layer != "autotune":
+        _note("misses")
+        _note("published")
+    _tell(artifact, str(key), "hit" if hit else "miss")
+    return entry, outcome
 
 
 def present(kind: str, inductor_key: str) -> bool:

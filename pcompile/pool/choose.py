@@ -4,7 +4,7 @@
 Ray actors (ray_pool.RayPool), falling back to the node pool when Ray is missing; `local`:
 threads in this process; `off`: no pool (the caller keeps stock Inductor). Every pool offers the
 same `submit_job(fn, args, ..., fallback=) -> Future`, so the caller (the Inductor kernel router,
-inductor/pool_install.py) never asks which one it got.
+inductor/kernel_router.py) never asks which one it got.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
-from pcompile.settings import POOL, POOL_IDLE_EXIT, POOL_JOB_TIMEOUT, RAY_ACTORS
+from pcompile.settings import POOL, POOL_EAGER, POOL_IDLE_EXIT, POOL_JOB_TIMEOUT, POOL_WORKER, RAY_ACTORS
 from pcompile.warn import warn_once
 
 log = logging.getLogger("pcompile.pool")
@@ -31,6 +31,24 @@ def pool_kind(raw: str | None = None) -> tuple[str, str | None]:
     if kind.startswith("ray://"):
         return "ray", kind
     return kind, None
+
+
+def wanted() -> tuple[str, str | None] | None:
+    """(kind, ray address) of the pool this process should use; None: none (inside pcompile's own
+    pool workers, which compile in-process, or PCOMPILE_POOL=off)."""
+    if POOL_WORKER.get():
+        return None
+    kind, address = pool_kind()
+    return None if kind == "off" else (kind, address)
+
+
+def start_eagerly(gpu_visible: Callable[[], bool]) -> bool:
+    """Start the daemon when the pool is installed (PCOMPILE_POOL_EAGER decides; unset, only where
+    Triton kernels are expected: `gpu_visible()`, asked of torch by the caller, as this package
+    never imports torch), so its workers are warm by the first kernel. A CPU-only process (C++
+    kernels only) starts none: each idle daemon holds a torch-importing forkserver."""
+    chosen = POOL_EAGER.get()
+    return chosen if chosen is not None else gpu_visible()
 
 
 def daemon_options(preload: tuple[str, ...]) -> Any:

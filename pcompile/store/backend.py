@@ -1,4 +1,4 @@
-"""A remote store's byte primitives (Redis, S3) and which one a PCOMPILE_REMOTE URL names.
+"""A remote store's byte primitives (Redis, S3); which one a PCOMPILE_REMOTE URL names is remote.open_backend.
 
 A backend moves bytes and nothing else; remote.RemoteTier wraps it with deadlines, the circuit
 breaker, write-behind and the read-only rules, and Tier (tier.py) verifies what it returns.
@@ -6,14 +6,10 @@ breaker, write-behind and the read-only rules, and Tier (tier.py) verifies what 
 from __future__ import annotations
 
 import urllib.parse
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
-from pcompile.errors import PcompileError
 from pcompile.keys.key import Key
 from pcompile.store.tier import Tier
-
-if TYPE_CHECKING:
-    from pcompile.store.remote import RemoteOptions
 
 
 class RemoteBackend(Tier):
@@ -60,19 +56,3 @@ def redact(url: str) -> str:
         host = f"{host}:{parts.port}"
     user = f"{parts.username}:***@" if parts.username else "***@"
     return urllib.parse.urlunsplit((parts.scheme, user + host, parts.path, "", ""))
-
-
-def open_backend(url: str, options: "RemoteOptions") -> RemoteBackend:
-    """The backend for a PCOMPILE_REMOTE URL; raises PcompileError for a URL it cannot use."""
-    scheme = urllib.parse.urlsplit(url).scheme.lower()
-    if scheme in ("redis", "rediss", "unix"):
-        from pcompile.store.redis_backend import RedisBackend
-
-        return RedisBackend.from_url(url, timeout=options.timeout)
-    if scheme == "s3":
-        from pcompile.store.s3_backend import S3Backend
-
-        return S3Backend.from_url(url, timeout=options.timeout)
-    raise PcompileError(
-        f"PCOMPILE_REMOTE={redact(url)!r} is not a remote this pcompile knows: use redis://HOST:PORT/DB, rediss://… or s3://BUCKET/PREFIX"
-    )

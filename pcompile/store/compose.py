@@ -10,25 +10,21 @@ from __future__ import annotations
 import errno
 import logging
 import os
-from typing import TYPE_CHECKING
+import threading
 
 from pcompile.config import Settings
 from pcompile.errors import PcompileError
 from pcompile.store.fs_tier import DirectoryTier
 from pcompile.store.tier import Tier
+from pcompile.store.tiered import Store
 from pcompile.trust.policy import TrustConfig
 from pcompile.trust.signing import Manifest
-
-if TYPE_CHECKING:
-    from pcompile.store.tiered import Store
 
 log = logging.getLogger("pcompile.store")
 
 
-def open_store(settings: Settings | None = None, *, must_exist: bool = False, writable: bool = False) -> "Store":
+def open_store(settings: Settings | None = None, *, must_exist: bool = False, writable: bool = False) -> Store:
     """The store for `settings` (default: the environment's): every tier the settings name."""
-    from pcompile.store.tiered import Store
-
     settings = settings or Settings.from_env()
     tiers: list[Tier] = [DirectoryTier(settings.cache_dir / "store", "local", create=not must_exist)]
     if settings.shared_dir is not None:
@@ -93,3 +89,25 @@ def _count_refusal(store: "Store", tier_name: str):
         store.stats.tier(tier_name, untrusted=1)
 
     return refused
+
+
+_default: Store | None = None
+_default_lock = threading.Lock()
+
+
+def default_store() -> Store:
+    """The process-wide store from the environment (what the inductor hooks use)."""
+    global _default
+    with _default_lock:
+        if _default is None or _default.settings != Settings.from_env():
+            _default = open_store(Settings.from_env())
+        return _default
+
+
+def _forget_after_fork() -> None:
+    """A forked child must not share its parent's Store (its stats file is named by pid)."""
+    global _default
+    _default = None
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)

@@ -1,8 +1,8 @@
 """One definition of a hit per layer, for every place that shows one: the warm summary,
 `pcompile stats`, `pcompile report` and `warm --check`.
 
-A lookup is accounted once per layer, where pcompile answers it (`inductor/store_gateway.py`, and the
-kernel router in `inductor/pool_install.py`), as one of:
+A lookup is accounted once per layer, where pcompile answers it (`inductor/store_gateway.py`, the
+one way in for every Inductor layer, the kernel router's included), as one of:
 
 - `hit`: the artifact came from the store (or from another process's compile, waited for);
 - `miss`: it had to be built here;

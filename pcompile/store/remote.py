@@ -28,6 +28,7 @@ import hashlib
 import logging
 import threading
 import time
+import urllib.parse
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from pcompile import settings as env
@@ -36,7 +37,7 @@ from pcompile.config import Settings
 from pcompile.errors import CorruptEntryError, PcompileError, RemoteUnavailable
 from pcompile.keys.key import Key
 from pcompile.store.background import BackgroundWriter, DeadlineExceeded, DeadlineRunner, at_exit, set_exit_flush_seconds
-from pcompile.store.backend import RemoteBackend, open_backend
+from pcompile.store.backend import RemoteBackend, redact
 from pcompile.store.breaker import CircuitBreaker
 from pcompile.store.entry import Entry, Manifest
 from pcompile.store.tier import Capabilities, Tier, TrustCheck
@@ -322,7 +323,23 @@ class RemoteTier(Tier):
 
 
 def open_remote(settings: Settings) -> RemoteTier:
-    """What Store.open appends as the slowest tier when PCOMPILE_REMOTE is set."""
+    """What open_store (compose.py) appends as the slowest tier when PCOMPILE_REMOTE is set."""
     assert settings.remote
     options = RemoteOptions.from_env()
     return RemoteTier(open_backend(settings.remote, options), options, settings)
+
+
+def open_backend(url: str, options: RemoteOptions) -> RemoteBackend:
+    """The backend for a PCOMPILE_REMOTE URL; raises PcompileError for a URL it cannot use."""
+    scheme = urllib.parse.urlsplit(url).scheme.lower()
+    if scheme in ("redis", "rediss", "unix"):
+        from pcompile.store.redis_backend import RedisBackend
+
+        return RedisBackend.from_url(url, timeout=options.timeout)
+    if scheme == "s3":
+        from pcompile.store.s3_backend import S3Backend
+
+        return S3Backend.from_url(url, timeout=options.timeout)
+    raise PcompileError(
+        f"PCOMPILE_REMOTE={redact(url)!r} is not a remote this pcompile knows: use redis://HOST:PORT/DB, rediss://… or s3://BUCKET/PREFIX"
+    )

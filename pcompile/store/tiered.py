@@ -9,7 +9,6 @@ from __future__ import annotations
 import errno
 import itertools
 import logging
-import os
 import threading
 import time
 from pathlib import Path
@@ -71,13 +70,6 @@ class Store:
         warn.warn_once(f"store-{self._uid}:{tag}", message, logger=log)
 
     # -- construction --------------------------------------------------------------------
-    @staticmethod
-    def open(settings: Settings | None = None, *, must_exist: bool = False, writable: bool = False) -> "Store":
-        """The store the settings describe (compose.open_store, the one composition root)."""
-        from pcompile.store.compose import open_store
-
-        return open_store(settings, must_exist=must_exist, writable=writable)
-
     def writable_tiers(self) -> list[Tier]:
         """Read-only consumers, and verify-only holders of a public key, write node-local only."""
         if self.settings.read_only:
@@ -340,27 +332,5 @@ class Store:
                 pass
 
 
-_default: Store | None = None
-_default_lock = threading.Lock()
-
-
-def default_store() -> Store:
-    """The process-wide store from the environment (what the inductor hooks use)."""
-    global _default
-    with _default_lock:
-        if _default is None or _default.settings != Settings.from_env():
-            _default = Store.open(Settings.from_env())
-        return _default
-
-
 def store_root(settings: Settings) -> Path:
     return settings.cache_dir / "store"
-
-
-def _forget_after_fork() -> None:
-    """A forked child must not share its parent's Store (its stats file is named by pid)."""
-    global _default
-    _default = None
-
-
-os.register_at_fork(after_in_child=_forget_after_fork)

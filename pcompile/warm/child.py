@@ -66,14 +66,7 @@ class _Strict:
 
 
 def _install_pcompile_backend() -> str:
-    """Route the default backend through pcompile when the inductor integration exists."""
-    try:
-        import importlib.util
-
-        if importlib.util.find_spec("pcompile.inductor.install") is None:
-            return "not available (stock Inductor caches only)"
-    except (ImportError, ValueError):
-        return "not available (stock Inductor caches only)"
+    """Route the default backend through pcompile (the hooks' feature registry decides the rest)."""
     import pcompile
 
     if settings.DISABLE.get():
@@ -206,7 +199,7 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
 def _protect_user_files(spec: dict[str, Any], mode: Any) -> Any:
     """Skip saves of virtual tensors, and without a namespace sandbox (sandbox.py) redirect the
     script's file writes in Python (pcompile/warm/writes.py); returns the state."""
-    from pcompile.warm import writes
+    from pcompile.warm import protect, writes
     from pcompile.compat.warm_fakes import is_fake
 
     sandboxed = settings.WARM_SANDBOX_ACTIVE.get() in ("namespace", "userns")
@@ -215,7 +208,7 @@ def _protect_user_files(spec: dict[str, Any], mode: Any) -> Any:
     keep.append(os.path.dirname(spec["report"]))  # the warm's own work dir
     user = [os.getcwd(), str(Path(spec["script"]).resolve().parent)]
     w = writes.Writes(Path(spec["run_dir"]), keep, user, lambda t: is_fake(t) and t.fake_mode is mode, redirect=not sandboxed)
-    writes.install(w, None if sandboxed else settings.WARM_REDIRECT.raw())
+    protect.install(w, None if sandboxed else settings.WARM_REDIRECT.raw())
     return w
 
 

@@ -52,7 +52,8 @@ def start_daemon_outside(iso: Isolation, cache_dir: Path) -> threading.Thread | 
     connect waits on the daemon's start lock, so it never starts a second one."""
     if iso.mode == "python" or settings.DISABLE.get():
         return None
-    from pcompile.inductor.pool_install import daemon_options, pool_kind
+    from pcompile.inductor.kernel_router import daemon_options
+    from pcompile.pool.choose import pool_kind
 
     if pool_kind()[0] != "node":
         return None

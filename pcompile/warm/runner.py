@@ -351,10 +351,3 @@ def sandbox_env() -> str:
     from pcompile.warm.sandbox import ENV_MODE
 
     return ENV_MODE
-
-
-def lines(result: WarmResult, check: bool = False) -> list[str]:
-    """The end-of-warm report, as plain lines."""
-    from pcompile.warm.report import report_lines
-
-    return report_lines(result, check)

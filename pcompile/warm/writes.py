@@ -24,7 +24,6 @@ Two layers:
 """
 from __future__ import annotations
 
-import builtins
 import contextlib
 import io
 import os
@@ -273,67 +272,3 @@ class _Null(io.RawIOBase):
 
 def _write_mode(mode: str) -> bool:
     return any(c in mode for c in "wax+")
-
-
-def install(w: Writes, state: str | None = None) -> None:
-    """Skip saves of virtual tensors; with w.redirect, also patch the file functions (paths.py)
-    and, given `state`, share the redirect with child processes through that file."""
-    if w.redirect:
-        from pcompile.warm import paths
-
-        paths.install(w, state)
-        if state:
-            paths.share(w, state)
-    if "torch" in sys.modules or w.redirect is False:
-        _wrap_torch_save(w)
-        _wrap_safetensors(w)
-
-
-def _wrap_torch_save(w: Writes) -> None:
-    import torch
-
-    o_save = torch.save
-
-    def stub(path: Any, data: bytes) -> None:
-        with builtins.open(path, "wb") as fh:
-            fh.write(data)
-
-    def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> None:
-        if w.holds_virtual(obj):
-            w.skip_save("torch.save", f, stub)
-            return None
-        return o_save(obj, w.target(f) if isinstance(f, (str, os.PathLike)) else f, *args, **kwargs)
-
-    torch.save = save  # type: ignore[assignment]
-
-
-def _write_stub(path: Any, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)  # redirected already; os.open is wrapped
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-
-
-def _wrap_safetensors(w: Writes) -> None:
-    """safetensors writes from native code by path: skip saves of virtual tensors, redirect others."""
-    try:
-        import safetensors.torch as st
-    except ImportError:
-        return
-    for name in ("save_file", "save_model"):
-        original = getattr(st, name, None)
-        if original is None:
-            continue
-
-        def make(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
-            def saver(obj: Any, filename: Any, *args: Any, **kwargs: Any) -> Any:
-                tensors = obj.state_dict() if name == "save_model" else obj
-                if w.holds_virtual(tensors):
-                    w.skip_save(f"safetensors.{name}", filename, _write_stub)
-                    return None
-                return original(obj, w.target(filename), *args, **kwargs)
-
-            return saver
-
-        setattr(st, name, make(name, original))
