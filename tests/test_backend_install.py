@@ -127,3 +127,41 @@ def test_pcompile_env_on_unknown_torch_warns_once_and_runs_stock(tmp_path: Path)
     result, keys, stderr = _route(tmp_path, "-", PCOMPILE="1", PCOMPILE_PRETEND_TORCH_VERSION="2.99.0")
     assert result == {"routed": False, "active": False, "ok": True, "held": []} and not keys
     assert stderr.count("PcompileFallbackWarning") == 1, stderr[-3000:]
+
+
+IDLE_SCRIPT = r'''
+import json, os, sys, time
+import torch
+if sys.argv[1] == "install":
+    import pcompile
+    pcompile.install()
+import psutil
+x = torch.randn(64, 64)
+for _ in range(20):
+    x = (x @ x).tanh()  # eager work only: this script never calls torch.compile
+time.sleep(1.0)  # a pool daemon or backward worker started by pcompile would be running by now
+me = psutil.Process()
+before = {"inductor": "torch._inductor.compile_fx" in sys.modules,
+          "children": sorted(p.name() for p in me.children(recursive=True)),
+          "pool_dirs": sorted(os.listdir(os.environ["PCOMPILE_CACHE_DIR"])) if os.path.isdir(os.environ["PCOMPILE_CACHE_DIR"]) else []}
+y = torch.compile(lambda v: v.sin() + 1)(x)
+from pcompile.inductor import hooks
+print("PCOMPILE_RESULT " + json.dumps({"before": before, "active_after_compile": hooks.state.active}))
+'''
+
+
+@pytest.mark.parametrize("how", ["install", "env"])
+def test_a_process_that_never_compiles_pays_nothing(tmp_path: Path, how: str) -> None:
+    """pcompile.install() and PCOMPILE=1 only route torch.compile: the hooks (Inductor's imports,
+    the node's compile pool, the backward worker) wait for the first torch.compile call. Forced
+    on here (PCOMPILE_POOL_EAGER, PCOMPILE_BACKWARD_AHEAD), they would start at once if install()
+    turned the hooks on (it did: a script that compiles nothing ran 2.3 s slower on the H100)."""
+    script = t.write_script(tmp_path / "app", "idle.py", IDLE_SCRIPT)
+    extra = {"PCOMPILE": "1"} if how == "env" else {}
+    env = t.clean_env(PCOMPILE_CACHE_DIR=str(tmp_path / "pc"), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "ind"),
+                      PCOMPILE_POOL_EAGER="1", PCOMPILE_BACKWARD_AHEAD="1", **extra)
+    if how == "env" and not _has_real_entry_point():
+        env["PYTHONPATH"] = str(_entry_point_dir(tmp_path / "ep")) + ":" + env["PYTHONPATH"]
+    result, stderr = t.run(script, how, env)
+    assert result["before"] == {"inductor": False, "children": [], "pool_dirs": []}, (result, stderr[-2000:])
+    assert result["active_after_compile"], (result, stderr[-2000:])

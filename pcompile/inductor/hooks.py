@@ -82,6 +82,7 @@ def at_torch_compile() -> None:
     """The process just called torch.compile (backend.py's import, or the inductor wrapper being
     built): the features that must act before Dynamo wraps the model (features.COMPILE)."""
     features.at_torch_compile(features.Context(hooks_on=install_hooks))
+    install_hooks()  # the compile is certain now: caches on, pool (GPU hosts) warming while Dynamo traces
 
 
 def uninstall_hooks() -> None:
