@@ -29,10 +29,8 @@ def test_second_process_and_second_node_hit_every_layer(tmp_path: Path) -> None:
     node1, node2, shared = tmp_path / "node1", tmp_path / "node2", tmp_path / "shared"
 
     def env(cache: Path, inductor: str) -> dict[str, str]:
-        # programs off: this test follows each Inductor layer; a loaded program skips their lookups
-        # (tests/test_programs.py covers the program layer)
         return t.clean_env(PCOMPILE_CACHE_DIR=str(cache), PCOMPILE_SHARED_DIR=str(shared),
-                           TORCHINDUCTOR_CACHE_DIR=str(tmp_path / inductor), PCOMPILE_PROGRAMS="0")
+                           TORCHINDUCTOR_CACHE_DIR=str(tmp_path / inductor))
 
     a, _ = t.run(script, "pcompile", env(node1, "ind_a"))
     assert a["hooks"]["active"] and {"graph", "autograd", "kernel.cpp"} <= set(a["hooks"]["layers"])

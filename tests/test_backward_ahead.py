@@ -305,21 +305,20 @@ def test_off_switch(tmp_path: Path) -> None:
     assert result["inductor"].get("fxgraph_cache_hit", 0) == 0, result["inductor"]
 
 
-def test_whole_programs_turn_the_default_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Programs bundle the compiled backward, which a backward taken from the worker cannot be
-    (its launchers are made): with PCOMPILE_PROGRAMS=1 the machine default gives way, a user's
-    explicit choice does not (the conflict is declared in the feature registry). The machine
-    default is pinned on, as a GPU host would have it."""
+def test_the_machine_default_decides_unless_the_user_chose(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unset, the machine default (a GPU host with enough CPUs) decides; PCOMPILE_BACKWARD_AHEAD=0/1
+    overrides it either way, as the feature registry sees it. The machine probe is pinned."""
     from pcompile.inductor import backward_ahead, features
 
-    monkeypatch.setattr(backward_ahead, "_default_on", lambda: True)
     monkeypatch.delenv("PCOMPILE_BACKWARD_AHEAD", raising=False)
-    monkeypatch.setenv("PCOMPILE_PROGRAMS", "0")
-    assert features.wanted("backward_ahead")
-    monkeypatch.setenv("PCOMPILE_PROGRAMS", "1")
-    assert not features.wanted("backward_ahead") and features.wanted("programs")
-    monkeypatch.setenv("PCOMPILE_BACKWARD_AHEAD", "1")
-    assert features.wanted("backward_ahead")
+    for default in (True, False):
+        monkeypatch.setattr(backward_ahead, "_default_on", lambda default=default: default)
+        monkeypatch.delenv("PCOMPILE_BACKWARD_AHEAD", raising=False)
+        assert features.wanted("backward_ahead") is default
+        monkeypatch.setenv("PCOMPILE_BACKWARD_AHEAD", "0")
+        assert features.wanted("backward_ahead") is False
+        monkeypatch.setenv("PCOMPILE_BACKWARD_AHEAD", "1")
+        assert features.wanted("backward_ahead") is True
 
 
 def test_dynamic_shapes_are_not_shipped(tmp_path: Path) -> None:

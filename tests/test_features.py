@@ -80,32 +80,27 @@ report(caught, decided_at_compile=decided_at_compile, manager=features.kept("bac
     assert not [w for w in out["warnings"] if "stay stock" in w], out["warnings"]
 
 
-def test_whole_program_entries_install_at_torch_compile(cache_env: dict[str, str]) -> None:
-    """Programs act at the torch.compile call, and their look-up of a stored program of the model
-    (at that same call) turns the hooks on through the install_hooks the registry handed them.
-    Backward ahead yields to them. Uninstalling takes every feature off."""
-    env = {**cache_env, "PCOMPILE_POOL": "off", "PCOMPILE_PROGRAMS": "1"}
+def test_features_act_at_torch_compile_and_uninstalling_takes_every_one_off(cache_env: dict[str, str]) -> None:
+    """At the torch.compile call (before any graph) Inductor's compiler is imported and the cache
+    layers are on; backward ahead, not wanted on this CPU host by default, stays off.
+    Uninstalling takes every feature off."""
+    env = {**cache_env, "PCOMPILE_POOL": "off"}
     out = _run("""
-from pcompile import compat
+import sys
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     torch.compile(torch.nn.Linear(4, 4), backend="pcompile")
     decided_at_compile = hooks.state.decided
     at_compile = sorted(f.name for f in features.FEATURES if features.is_on(f.name))
-    hooks.install_hooks()
-    both = sorted(f.name for f in features.FEATURES if features.is_on(f.name))
+    compiler = "torch._inductor.compile_fx" in sys.modules
     hooks.uninstall_hooks()
-report(caught, decided_at_compile=decided_at_compile, at_compile=at_compile, both=both,
-       programs_check=compat.check("dynamo_package"), wanted={f.name: features.wanted(f.name) for f in features.FEATURES})
+report(caught, decided_at_compile=decided_at_compile, at_compile=at_compile, compiler=compiler,
+       wanted={f.name: features.wanted(f.name) for f in features.FEATURES})
 """, env)
-    assert out["wanted"]["programs"] is True and out["wanted"]["backward_ahead"] is False, out
-    if out["programs_check"] is None:
-        assert out["decided_at_compile"] is True, out  # the program look-up at torch.compile
-        assert {"compiler_import", "programs", "remote", "cpp"} <= set(out["at_compile"]), out
-    else:  # this torch has no precompile packages: off, with its one line; hooks at the first graph
-        assert out["decided_at_compile"] is False and out["at_compile"] == ["compiler_import"], out
-        assert [w for w in out["warnings"] if "whole-program entries are off" in w], out["warnings"]
-    assert {"remote", "cpp"} <= set(out["both"]) and "backward_ahead" not in out["both"], out
+    assert out["decided_at_compile"] is True and out["compiler"] is True, out
+    assert {"compiler_import", "remote", "cpp"} <= set(out["at_compile"]), out
+    assert out["wanted"]["backward_ahead"] is False and "backward_ahead" not in out["at_compile"], out
+    assert not out["warnings"], out["warnings"]
     assert out["on"] == [], out
 
 

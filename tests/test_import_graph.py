@@ -226,7 +226,7 @@ def _module_cycles(graph: dict[str, dict[str, str]]) -> list[list[str]]:
 def test_no_cycle_between_modules_of_one_package():
     """Inside a package too: a module that imports (even inside a function) one that imports it
     back is one job split in two, or a callback that should be handed in (inductor/features.py
-    hands the hooks to programs.py rather than have it import them)."""
+    hands the hooks to a feature's install() rather than have it import them)."""
     graph = _module_graph()
     cycles = []
     for comp in _module_cycles(graph):

@@ -44,7 +44,6 @@ def test_node_b_hits_every_layer_from_redis(redis_server: RedisServer, tmp_path:
             PCOMPILE_CACHE_DIR=str(tmp_path / node),
             TORCHINDUCTOR_CACHE_DIR=str(tmp_path / f"inductor-{node}"),
             PCOMPILE_REMOTE=redis_server.url,
-            PCOMPILE_PROGRAMS="0",  # this test follows each Inductor layer through Redis
             **extra,
         )
 

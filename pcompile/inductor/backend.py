@@ -25,8 +25,7 @@ _ALLOWED = {"mode", "options", "dynamic", "config_patches", "name"}  # name: tor
 
 # torch.compile(m, backend="pcompile") imports this module (Dynamo resolves the backend's entry
 # point) before it wraps m: this is the torch.compile call, when the registry's COMPILE features
-# act (features.py: Inductor's compiler imported, whole-program entries on, backward ahead's worker
-# started with the hooks).
+# act (features.py: Inductor's compiler imported, backward ahead's worker started with the hooks).
 hooks.at_torch_compile()
 
 

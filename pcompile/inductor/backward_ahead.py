@@ -52,13 +52,7 @@ def wanted() -> bool:
     with the worker started at torch.compile, it took 15-35% off a cold first step. Its price: ~12
     CPU-s of imports per process (paid in another process, on another core) and a CUDA context on
     the job's GPU (~0.6 GB) until the job ends, the first graph proves all hits, or two idle minutes
-    pass. CPU-only hosts keep it off: their C++ kernels need the cores.
-
-    Whole-program entries (PCOMPILE_PROGRAMS=1) keep the default off too (declared in the feature
-    registry, features.py: backward ahead yields to programs): they bundle the compiled backward
-    into the AOTAutograd entry, and a backward taken from the worker's entry has made its Triton
-    launchers already, which torch refuses to pickle (H100, torch 2.11: "pickle should not be
-    called with after make_launchers()"), so the program was never stored."""
+    pass. CPU-only hosts keep it off: their C++ kernels need the cores."""
     chosen = BACKWARD_AHEAD.get()
     if chosen is None:
         return _default_on()

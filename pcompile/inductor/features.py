@@ -1,15 +1,16 @@
 """What pcompile turns on inside torch, declared once: the feature registry the hooks walk.
 
 Why a registry: each feature has the same questions to answer (does its private torch API work
-here, does the user want it, does it clash with another one, when must it be on, how is it
-undone), and answering them by hand in several places let features get wired at import time and
-modules import each other in a circle. Here each `Feature` answers them as data; `hooks.py` walks
-the list, in order, at two moments:
+here, does the user want it, when must it be on, how is it undone), and answering them by hand
+in several places let features get wired at import time and modules import each other in a
+circle. Here each `Feature` answers them as data; `hooks.py` walks the list, in order, at two
+moments:
 
 - `compile`: the `torch.compile` call (backend.py's import, or the inductor wrapper being built
-  after `pcompile.install()`/PCOMPILE=1). A feature that must act before Dynamo wraps the model
-  (whole-program entries) installs here; one that needs the cache layers (backward ahead, whose
-  worker must start early) turns the hooks on here instead of at the first graph.
+  after `pcompile.install()`/PCOMPILE=1). A feature that acts at the call itself (Inductor's
+  compiler import, paid before the first graph) installs here; one that needs the cache layers
+  (backward ahead, whose worker must start early) turns the hooks on here instead of at the
+  first graph.
 - `layers` then `hooks`: inside `hooks.install_hooks()` (the first graph at the latest). `layers`
   are the cache layers; the hooks' summary (one warning naming every layer that stays stock) is
   written between the two; `hooks` are the features built on the layers.
@@ -27,7 +28,7 @@ import threading
 from typing import Any, Callable
 
 from pcompile import compat
-from pcompile.settings import BACKWARD_AHEAD, DEBUG_FX_KEYS, INDUCTOR_LOCAL_CACHES
+from pcompile.settings import DEBUG_FX_KEYS, INDUCTOR_LOCAL_CACHES
 from pcompile.warn import warn_once
 
 LAYERS, HOOKS, COMPILE = "layers", "hooks", "compile"
@@ -46,7 +47,7 @@ class Feature:
     name: str
     #: Turns it on; returns its handle (kept in the registry while on), or False: off, silently.
     install: Callable[[Context], Any]
-    #: Off unless True (settings, this machine). Conflicts are the registry's job (`yields_to`).
+    #: Off unless True (settings, this machine).
     wanted: Callable[[], bool] = lambda: True
     #: compat.check() names; the first that fails keeps the feature off, as its reason.
     checks: tuple[str, ...] = ()
@@ -59,10 +60,6 @@ class Feature:
     #: Layers that must be on first (ANY_LAYER: at least one); a COMPILE feature with needs turns
     #: the hooks on at torch.compile and is installed by them.
     needs: tuple[str, ...] = ()
-    #: Off while one of these is wanted, unless the user chose this one explicitly (`chosen`).
-    yields_to: tuple[str, ...] = ()
-    #: The user's explicit on/off for this feature, None when left to the default.
-    chosen: Callable[[], bool | None] = lambda: None
     #: (warn_once tag, message with {reason}) when it stays off for a reason; None: silent.
     warning: tuple[str, str] | None = None
 
@@ -77,13 +74,8 @@ def _reason(exc: BaseException) -> str:
 
 
 def wanted(name: str) -> bool:
-    """The feature is wanted here, conflicts resolved as declared."""
-    feature = get(name)
-    if not feature.wanted():
-        return False
-    if feature.yields_to and feature.chosen() is None:
-        return not any(wanted(other) for other in feature.yields_to)
-    return True
+    """The feature is wanted here (its settings, this machine)."""
+    return get(name).wanted()
 
 
 def get(name: str) -> Feature:
@@ -189,19 +181,6 @@ def _install_compiler(ctx: Context) -> Any:
     from pcompile.compat import compile_wrapper
 
     compile_wrapper.import_compiler()
-
-
-def _programs_wanted() -> bool:
-    from pcompile.inductor import programs
-
-    return programs.wanted()
-
-
-def _install_programs(ctx: Context) -> Any:
-    """Before Dynamo wraps the model, so that a stored program of it is found at this very call."""
-    from pcompile.inductor import programs
-
-    return programs.install(ctx.hooks_on)
 
 
 def _install_remote(ctx: Context) -> dict[str, bool]:
@@ -317,9 +296,6 @@ TRITON_MANAGER = "pcompile.inductor.triton_cache:StoreCacheManager"  # triton_ca
 
 FEATURES: tuple[Feature, ...] = (
     Feature("compiler_import", _install_compiler, when=COMPILE),
-    Feature("programs", _install_programs, wanted=_programs_wanted, checks=("dynamo_package",), when=COMPILE,
-            warning=("programs", "pcompile: whole-program entries are off in this torch ({reason}); "
-                     "restarts trace with Dynamo as usual, the other caches are on")),
     Feature("remote", _install_remote, checks=("remote_cache",), uninstall=_uninstall_remote, when=LAYERS,
             layers=("graph", "autograd", "autotune")),
     Feature("triton", _install_triton, wanted=_has_triton, checks=("triton_cache_manager",),
@@ -332,11 +308,8 @@ FEATURES: tuple[Feature, ...] = (
                      "ranks on other GPUs of a node compile their own")),
     Feature("pool", _install_pool, warning=("pool", "pcompile: the compile pool could not start ({reason}); "
                                             "compiling in-process")),
-    # Whole-program entries bundle the compiled backward, which one taken from the worker cannot be
-    # (backward_ahead.wanted() says why): with programs wanted, backward ahead's default gives way.
     Feature("backward_ahead", _install_backward_ahead, wanted=_backward_ahead_wanted, checks=("backward_graph",),
-            uninstall=_uninstall_backward_graph, when=COMPILE, needs=(ANY_LAYER,), yields_to=("programs",),
-            chosen=BACKWARD_AHEAD.get,
+            uninstall=_uninstall_backward_graph, when=COMPILE, needs=(ANY_LAYER,),
             warning=("backward_graph", "pcompile: backward graphs compile after their forward in this torch ({reason})")),
     Feature("key_dump", _install_key_dump, wanted=lambda: bool(DEBUG_FX_KEYS.get()), checks=("backward_graph",),
             needs=(ANY_LAYER,)),

@@ -60,15 +60,6 @@ def add_listener(fn: Callable[[str, str, str], None]) -> None:
         _listeners.append(fn)
 
 
-_published_listeners: list[Callable[[str], None]] = []
-
-
-def add_publish_listener(fn: Callable[[str], None]) -> None:
-    """`fn(kind)` after each publish of this process (programs.py waits for autograd entries)."""
-    if fn not in _published_listeners:
-        _published_listeners.append(fn)
-
-
 def _tell(kind: str, inductor_key: str, outcome: str) -> None:
     for fn in list(_listeners):
         try:
@@ -356,11 +347,6 @@ def publish(kind: str, inductor_key: str, blobs: dict[str, bytes], meta: dict[st
         ok = bool(st.put(entry, compiled=compiled))
         if compiled and key.layer != "autotune":  # a winner or a prediction is not a compile
             _note("published")
-        for fn in list(_published_listeners):
-            try:
-                fn(kind)
-            except Exception:
-                pass
         if compiled and kind in ("cpp", "triton") and entry.compile_seconds:
             emit("kernel_compile", now() - entry.compile_seconds, entry.compile_seconds, key=name, artifact=kind,
                  outcome="compiled", name=str((meta or {}).get("file") or (meta or {}).get("group") or ""),
