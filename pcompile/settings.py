@@ -10,7 +10,8 @@ Reads are cheap and honour changes to os.environ (tests change it): `Var.get()` 
 up on every call and parses only when its text changed. Only this module reads `PCOMPILE_*`
 variables (tests/test_settings.py checks the package's source); the README's Settings table is
 generated from the public ones (tools/settings_table.py). Internal variables are the ones pcompile
-sets for its own child processes, or that tests and diagnostics use.
+sets for its own child processes, or that tests and diagnostics use. A variable pcompile deleted
+stays named in `REMOVED`: set in a job, it gives one line saying so and has no effect.
 
 Ground floor: imports nothing from pcompile but its ground-floor neighbour warn.py (the one
 `first_time` behind every warn-once of the package).
@@ -279,19 +280,53 @@ _WARN_TAG = "setting:"  # this module's tags in warn.py's one set
 
 
 def _warn(var: Var, raw: str, reason: str) -> None:
-    """One line per (variable, text) per job: the mark is exported so that child processes
-    (pool workers, the warm child) that inherit the same bad text stay quiet."""
+    """One line per (variable, text) per job."""
     tag = f"{var.name}:{zlib.crc32(raw.encode(errors='replace')):08x}"
+    _once_per_job(tag, f"pcompile: {var.name}={raw!r} {reason}; using the default {var.show_default()}")
+
+
+def _once_per_job(tag: str, line: str) -> None:
+    """Write `line` to stderr unless `tag` was written by this process or a parent: the mark is
+    exported so that child processes (pool workers, the warm child) that inherit the same
+    environment stay quiet."""
     with _lock:
         inherited = (os.environ.get(SETTINGS_WARNED.name) or "").split(",")
         if tag in inherited or not warn.first_time(_WARN_TAG + tag):
             return
         os.environ[SETTINGS_WARNED.name] = ",".join([t for t in inherited if t] + [tag])
     try:
-        sys.stderr.write(f"pcompile: {var.name}={raw!r} {reason}; using the default {var.show_default()}\n")
+        sys.stderr.write(line + "\n")
         sys.stderr.flush()
     except (OSError, ValueError, AttributeError):
         pass
+
+
+@dataclasses.dataclass(frozen=True)
+class Removed:
+    """A variable pcompile had and deleted: set, it says so in one line instead of nothing at all."""
+
+    name: str
+    why: str  # short, for the stderr line
+    note: str  # the README's line: what it did and the numbers that removed it
+
+
+#: name -> Removed. Unknown PCOMPILE_* names are otherwise ignored (a typo must not fail a job).
+REMOVED: dict[str, Removed] = {}
+
+
+def _remove(name: str, why: str, note: str) -> None:
+    assert name not in REGISTRY and name not in REMOVED, name
+    REMOVED[name] = Removed(name, why, note)
+
+
+def warn_removed(environ: Mapping[str, str] | None = None) -> list[str]:
+    """One line per job for each removed variable set (non-empty) in the environment; returns
+    their names. Called where pcompile starts acting in a process (hooks.install_hooks)."""
+    env = os.environ if environ is None else environ
+    found = [r for r in REMOVED.values() if env.get(r.name)]
+    for r in found:
+        _once_per_job(f"{r.name}:removed", f"pcompile: {r.name} was removed ({r.why}); it has no effect")
+    return [r.name for r in found]
 
 
 def reload() -> None:
@@ -369,10 +404,6 @@ BACKWARD_AHEAD = _declare(
     "while the forward does; the parent loads it through the store. Costs ~12 CPU-s of imports in another process "
     "and ~0.6 GB of GPU memory for its CUDA context while it lives. `0` off, `1` on (also on CPU-only hosts)",
     default_text="on for GPU jobs on ≥ 8 CPUs")
-PROGRAMS = _declare("PCOMPILE_PROGRAMS", Bool(), False,
-                    "`1`: whole-program entries (experimental): each `torch.compile`d function's Dynamo output is "
-                    "stored and installed at `torch.compile(m)` in later processes, which then run without tracing "
-                    "(`pcompile/inductor/programs.py`; off: slower hot starts on the H100, benchmarks/RESULTS.md)")
 AUTOTUNE = _declare("PCOMPILE_AUTOTUNE", Choice(("predicted", "benchmark")), "predicted",
                     "`predicted`: a kernel with no measured autotune winner uses the warm host's prediction (Inductor's "
                     "no-benchmark choice); `benchmark`: benchmark at first launch and publish the winner")
@@ -493,3 +524,10 @@ DEVICE_INDEX = _declare("PCOMPILE_DEVICE_INDEX", Choice(("normalise", "keep"),
 AOT_KEY_DUMP = _declare("PCOMPILE_AOT_KEY_DUMP", FilePath(output="file"), None,
                         "the warm child writes its AOTAutograd key inputs here (benchmarks/diag_warm_keys.py)",
                         internal=True)
+
+# -- removed: set, each gives one line (warn_removed) and does nothing --
+_remove("PCOMPILE_PROGRAMS", "never faster on the GPU",
+        "whole-program entries (Dynamo's output stored and installed at `torch.compile(m)`), removed because "
+        "they were never faster on the GPU: on the H100, GPT-2's hot first step took 22.12 s with them vs "
+        "11.86 s without (stock hot 9.51 s), nanoGPT after a warm was 2.68x slower than stock hot, and a "
+        "Llama-style model's stored program never covered its call")

@@ -156,3 +156,22 @@ def test_explicit_mappings_are_parsed_too(monkeypatch: pytest.MonkeyPatch, capsy
     assert settings.VDEV_DEVICES.get({}) == 1
     assert settings.VDEV_DEVICES.get({settings.VDEV_DEVICES.name: "x"}) == 1
     assert "PCOMPILE_VDEV_DEVICES='x' is not an integer; using the default 1" in capsys.readouterr().err
+
+
+def test_a_removed_variable_says_so_once_and_is_not_a_setting(monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """PCOMPILE_PROGRAMS was deleted (never faster on the GPU): set, one line per job says it has no
+    effect; unset or empty, nothing. A child that inherits the parent's mark stays quiet."""
+    assert "PCOMPILE_PROGRAMS" in settings.REMOVED and "PCOMPILE_PROGRAMS" not in settings.REGISTRY
+    settings.reload()
+    monkeypatch.setenv(settings.SETTINGS_WARNED.name, "")
+    monkeypatch.setenv("PCOMPILE_PROGRAMS", "")
+    assert settings.warn_removed() == [] and capsys.readouterr().err == ""
+    monkeypatch.setenv("PCOMPILE_PROGRAMS", "1")
+    assert settings.warn_removed() == ["PCOMPILE_PROGRAMS"]
+    settings.warn_removed()
+    assert capsys.readouterr().err == ("pcompile: PCOMPILE_PROGRAMS was removed (never faster on the GPU); "
+                                       "it has no effect\n")
+    settings.reload()  # as a child process: fresh memory, the parent's exported mark
+    settings.warn_removed()
+    assert capsys.readouterr().err == ""

@@ -6,7 +6,8 @@
 
 Why generated: the registry is the one place a variable is declared (type, default, doc); a table
 kept by hand drifted (20 variables were read but documented nowhere). Internal variables (set by
-pcompile for its own child processes, or used by tests) are left out.
+pcompile for its own child processes, or used by tests) are left out; removed ones are listed
+after the table, with why.
 """
 from __future__ import annotations
 
@@ -40,6 +41,9 @@ def table() -> str:
         default = var.show_default()
         default = f"`{default}`" if var.default is not None and var.default_text is None else default
         rows.append(f"| `{var.name}` | {_cell(kind)} | {_cell(default)} | {_cell(var.doc)} |")
+    if settings.REMOVED:
+        rows += ["", "Removed settings (one still set in a job gives one line on stderr and has no effect):", ""]
+        rows += [f"- `{r.name}`: {r.note}." for r in settings.REMOVED.values()]
     return "\n".join(rows)
 
 

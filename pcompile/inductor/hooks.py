@@ -2,7 +2,8 @@
 
 Order of decisions:
 1. PCOMPILE_DISABLE=1: nothing (silently; the user asked).
-2. The version gate: an unknown torch/triton gets one warning and no hooks at all.
+2. The version gate: an unknown torch/triton gets one warning and no hooks at all. A removed
+   setting still in the environment gets one line (settings.REMOVED).
 3. Cache directories (environment, inherited by compile workers).
 4. Each feature of the registry (features.py), in its order: first the cache layers whose compat
    module works here (graph/autograd/autotune through Inductor's remote-cache plug point, Triton
@@ -20,7 +21,7 @@ import threading
 
 from pcompile.compat import gate
 from pcompile.inductor import env, features
-from pcompile.settings import DISABLE
+from pcompile.settings import DISABLE, warn_removed
 from pcompile.warn import warn_once
 
 log = logging.getLogger("pcompile.inductor")
@@ -52,6 +53,7 @@ def install_hooks() -> bool:
         state.decided = True
         if disabled_by_user() or not gate.supported():
             return False
+        warn_removed()  # a variable pcompile deleted: one line, not silence
         from pcompile.inductor import private_dir
 
         if private_dir.active() or not private_dir.check_at_start():
