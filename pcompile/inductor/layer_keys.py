@@ -62,13 +62,11 @@ _BUILDERS = {
     "autotune_predicted": lambda: fingerprint(IN_KEY, {"inductor_layer": "autotune-predicted"}),
     "triton": lambda: fingerprint(IN_KEY, {"inductor_layer": "triton"}),
     "cpp": _cpp_fingerprint,
-    # a whole compiled frame (programs.py): pinned to the target like the graphs it bundles
-    "program": lambda: {**_graph_fingerprint(), "inductor_layer": "program"},
 }
 
 #: fingerprint kind -> pcompile layer
 LAYER_OF = {"graph": "graph", "autograd": "autograd", "autotune": "autotune", "autotune_predicted": "autotune",
-            "triton": "kernel", "cpp": "kernel", "program": "program"}
+            "triton": "kernel", "cpp": "kernel"}
 
 
 def layer_fingerprint(kind: str) -> dict[str, str]:

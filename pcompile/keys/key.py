@@ -15,9 +15,9 @@ import xxhash
 
 from pcompile.errors import BadKeyError
 
-LAYERS: tuple[str, ...] = ("graph", "autograd", "kernel", "autotune", "program")
+LAYERS: tuple[str, ...] = ("graph", "autograd", "kernel", "autotune")
 KEY_FORMAT = 1
-_KEY_RE = re.compile(r"(graph|autograd|kernel|autotune|program)-([0-9a-f]{32})")
+_KEY_RE = re.compile(r"(graph|autograd|kernel|autotune)-([0-9a-f]{32})")
 
 
 def canonical_json(obj: Any) -> bytes:

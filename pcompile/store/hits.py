@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-LAYERS: tuple[str, ...] = ("graph", "autograd", "kernel", "autotune", "program")
+LAYERS: tuple[str, ...] = ("graph", "autograd", "kernel", "autotune")
 OUTCOMES = ("hit", "miss", "untimed", "inner")
 #: outcome -> counter name
 COUNTER = {"hit": "hits", "miss": "misses", "untimed": "untimed", "inner": "inner"}
-_NAMES = {"graph": "FX graph", "autograd": "AOTAutograd", "kernel": "kernel", "autotune": "autotune", "program": "program"}
+_NAMES = {"graph": "FX graph", "autograd": "AOTAutograd", "kernel": "kernel", "autotune": "autotune"}
 
 
 def zero() -> dict[str, int]:
@@ -37,7 +37,9 @@ def table(counters: Mapping[str, Mapping[str, Any]] | None) -> dict[str, dict[st
     """Per layer: hits, misses, untimed, inner, lookups (hits + misses) and rate (None: no lookups).
 
     Raw layer names of older stats files fold in: `autotune-predicted` was a second autotune
-    look-up (its hits are autotune hits, the measured probe before it was inner)."""
+    look-up (its hits are autotune hits, the measured probe before it was inner). A layer this
+    pcompile does not have (`program`, from removed whole-program entries) keeps its row only
+    while it counts something: old stats files carry its zeros."""
     out = {layer: zero() for layer in LAYERS}
     for layer, c in (counters or {}).items():
         if layer == "autotune-predicted":  # pre-accounting stats files: fold the prediction in
@@ -45,6 +47,8 @@ def table(counters: Mapping[str, Mapping[str, Any]] | None) -> dict[str, dict[st
             out["autotune"]["hits"] += hit
             out["autotune"]["misses"] -= hit
             out["autotune"]["inner"] += hit + int(c.get("misses", 0))
+            continue
+        if layer not in out and not any(int(c.get(name, 0)) for name in COUNTER.values()):
             continue
         target = out.setdefault(layer, zero())
         for name in COUNTER.values():
