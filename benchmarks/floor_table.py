@@ -4,7 +4,7 @@ Reads the `results.json` that `run_all.py` writes (hot or warm scenarios; with `
 repeated cases count too) and prints, per model, the median seconds of each part of a restart from
 process start to the end of the first step, for every case label family given:
 
-    python benchmarks/floor_table.py OUT/results.json [--labels stock-hot,pcompile-hot,pcompile-hot-programs]
+    python benchmarks/floor_table.py OUT/results.json [--labels stock-hot,pcompile-hot,pcompile-after-warm]
 
 Parts: the `floor` field of `_case.py` (interpreter start, `import torch`, CUDA init, model build,
 Triton module loads and launcher builds), the `torch.compile` call, the first step, Dynamo's and

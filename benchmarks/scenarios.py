@@ -267,8 +267,6 @@ def summarize(r: dict) -> dict:
     out["aot_miss"] = _hits(r, "aot_autograd", "autograd_cache_miss") or 0
     out["graphs"] = _hits(r, "stats", "unique_graphs")
     out["frames_traced"] = _hits(r, "frames", "total") or 0  # Dynamo's own count of frames it converted
-    if r.get("programs"):
-        out["programs"] = r["programs"]
     if r.get("compile_call_s") is not None:
         out["compile_call_s"] = r["compile_call_s"]
     if r.get("losses"):
@@ -585,7 +583,7 @@ def print_row(row: dict) -> None:
         return
     H._say(f"-- {row['scenario']} / {row['model']} ({row['seconds']} s)")
     hdr = (f"   {'case':<28}{'first step s':>13}{'steady ms':>11}{'compile CPU-s':>15}{'fx hit/miss':>13}"
-           f"{'aot hit/miss':>14}{'pcompile hits':>15}{'frames':>8}{'programs':>10}")
+           f"{'aot hit/miss':>14}{'pcompile hits':>15}{'frames':>8}")
     H._say(hdr)
     for name, c in row["cases"].items():
         for sub_name, sub in ([(f"{name}[{i}]", r) for i, r in enumerate(c["ranks"])] if "ranks" in c else [(name, c)]):
@@ -596,19 +594,13 @@ def print_row(row: dict) -> None:
             H._say(f"   {sub_name:<28}{_f(sub.get('first_step_s')):>13}{_f(st * 1000 if st else None):>11}"
                    f"{_f(sub.get('compile_cpu_s')):>15}{str(sub['fxgraph_hit']) + '/' + str(sub['fxgraph_miss']):>13}"
                    f"{str(sub['aot_hit']) + '/' + str(sub['aot_miss']):>14}{sub.get('pcompile_lookups', '-'):>15}"
-                   f"{sub.get('frames_traced', '-'):>8}{_programs(sub):>10}")
+                   f"{sub.get('frames_traced', '-'):>8}")
     for r in row["ratios"]:
         mark = "" if r["met"] is None else ("  [target <= %g: met]" % r["target"] if r["met"]
                                              else "  [target <= %g: NOT met]" % r["target"])
         H._say(f"   {r['name']}: {_f(r['value'], 3)}{mark}" + (f"  ({r['note']})" if r.get("note") else ""))
     for n in row.get("notes", []):
         H._say(f"   note: {n}")
-
-
-def _programs(sub: dict) -> str:
-    """Whole programs loaded / stored by the case (pcompile only)."""
-    p = sub.get("programs")
-    return "-" if not p else f"{p.get('loaded', 0)}L/{p.get('saved', 0)}S"
 
 
 def _f(v: Any, nd: int = 2) -> str:
