@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 TOL = 1e-5
 
 #: argv[1]: plain | hot (plain, then waits for the worker to go) | infer (compiled under no_grad, then
-#: waits for the worker to go) | conv (a convolution net) | dynamic | kill (SIGKILL the worker once, as soon as it has a job in hand) |
+#: waits for the worker to go) | evalfirst (a no_grad call, then a training step) | conv (a convolution net) | dynamic | kill (SIGKILL the worker once, as soon as it has a job in hand) |
 #: stalled (SIGSTOP the worker while it starts, SIGCONT after the step) |
 #: kill-every (SIGKILL every worker that gets a job) | kill-claimed (SIGKILL it once, after it
 #: claimed its job's FX graph key). Prints one RESULT_MARK line of JSON.
@@ -123,6 +123,11 @@ t0 = time.monotonic()
 if mode == "infer":
     with torch.no_grad():
         out = compiled(x)
+elif mode == "evalfirst":  # an eval pass before training, as nanoGPT's train.py does
+    with torch.no_grad():
+        compiled(x)
+    out = compiled(x)
+    out.square().sum().backward()
 else:
     out = compiled(x)
     out.square().sum().backward()
@@ -212,7 +217,8 @@ def test_an_inference_graph_lets_the_early_worker_go(tmp_path: Path) -> None:
     assert result["started_at_compile"], result
     assert result["out_diff"] <= TOL, result
     assert not _kind(events, "backward_ship"), events
-    # No backward to ship in the first graph; left alone the worker would idle for two minutes.
+    # No backward to ship in the first graph: it lingers LINGER_S for a training graph (an eval
+    # pass first), then goes; left alone it would idle for two minutes.
     assert result["worker_gone_s"] is not None and result["worker_gone_s"] < 30, (result, err[-2000:])
 
 
@@ -231,6 +237,16 @@ def test_a_worker_still_starting_never_makes_the_step_wait(tmp_path: Path) -> No
     waited = [e["waited_for_claim_s"] for e in _kind(events, "backward_ahead")]
     assert max(waited) < 1.0, waited
     assert result["step_s"] < backward_ahead.CLAIM_TIMEOUT_S / 2, result["step_s"]
+
+
+def test_an_eval_pass_first_keeps_the_worker_for_the_training_graph(tmp_path: Path) -> None:
+    """An inference graph first (an eval pass before training) must not cost the training graph
+    its worker: let go and restarted, it was not ready when the parent reached the backward."""
+    result, events, err = _run(tmp_path, "evalfirst")
+
+    _assert_matches_eager(result)
+    assert _outcomes(events) == ["used", "used"], (_kind(events, "backward_ahead"), err[-3000:])
+    assert len(_kind(events, "backward_worker_start")) == 1, _kind(events, "backward_worker_start")
 
 
 def test_channels_last_saves_are_predicted(tmp_path: Path) -> None:

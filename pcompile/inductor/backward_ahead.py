@@ -42,6 +42,9 @@ log = logging.getLogger("pcompile.inductor")
 #: taken is compiled by the parent instead: _wait_for_claim).
 CLAIM_TIMEOUT_S = 60.0
 
+#: How long a worker started early waits for a backward after a first graph that had none.
+LINGER_S = 20.0
+
 #: Fewer usable CPUs than this: the worker's lowering would take cores from the kernel compiles.
 MIN_CPUS = 8
 
@@ -325,16 +328,29 @@ class BackwardAhead:
             self.worker().start()
 
     def scope_ended(self, outcome: str | None) -> None:
-        """A backend call ended. If it was this process's first and it compiled nothing (a hot job)
-        or shipped no backward (an inference graph), the worker started early has nothing to do, so
-        it goes (a later miss starts it again)."""
+        """A backend call ended. If it was this process's first and it compiled nothing (a hot job),
+        the worker started early has nothing to do, so it goes (a later miss starts it again); if
+        it shipped no backward (an inference graph), it goes unless a backward comes within
+        LINGER_S."""
         first, self._first_scope_seen = not self._first_scope_seen, True
         if not first:
             return
         if outcome == "hit":
             self._let_unused_worker_go("the first graph was all hits")
         elif self._worker is not None and self._worker.next_id == 0:
-            self._let_unused_worker_go("the first graph had no backward to ship")
+            # A cold inference graph: an eval pass before training (nanoGPT's train.py) is followed
+            # within seconds by the training graph, whose backward a worker restarted then would
+            # not take in time (H100: let go at once, restarted, ready 17 s later, after the parent
+            # had reached that backward). So the worker lingers; an inference-only job lets it go.
+            worker = self._worker
+
+            def unused() -> None:
+                if worker.next_id == 0:
+                    self._let_unused_worker_go(f"no backward to ship {LINGER_S:.0f} s after the first graph")
+
+            timer = threading.Timer(LINGER_S, unused)
+            timer.daemon = True
+            timer.start()
 
     def on_lookup(self, kind: str, key: str, outcome: str) -> None:
         """store_gateway calls this. An AOTAutograd entry this process must compile starts the
