@@ -21,7 +21,8 @@ pytestmark = pytest.mark.slow
 TOL = 1e-5
 
 #: argv[1]: plain | hot (plain, then waits for the worker to go) | infer (compiled under no_grad, then
-#: waits for the worker to go) | evalfirst (a no_grad call, then a training step) | conv (a convolution net) | dynamic | kill (SIGKILL the worker once, as soon as it has a job in hand) |
+#: waits for the worker to go) | evalfirst (a no_grad call, then a training step) | tf32 (plain,
+#: with allow_tf32 set) | conv (a convolution net) | dynamic | kill (SIGKILL the worker once, as soon as it has a job in hand) |
 #: stalled (SIGSTOP the worker while it starts, SIGCONT after the step) |
 #: kill-every (SIGKILL every worker that gets a job) | kill-claimed (SIGKILL it once, after it
 #: claimed its job's FX graph key). Prints one RESULT_MARK line of JSON.
@@ -31,6 +32,8 @@ import torch
 
 mode = sys.argv[1]
 torch.manual_seed(0)
+if mode == "tf32":  # a numerics flag in every FX key, set by the script (nanoGPT's train.py does)
+    torch.backends.cuda.matmul.allow_tf32 = True
 
 
 class Block(torch.nn.Module):
@@ -247,6 +250,14 @@ def test_an_eval_pass_first_keeps_the_worker_for_the_training_graph(tmp_path: Pa
     _assert_matches_eager(result)
     assert _outcomes(events) == ["used", "used"], (_kind(events, "backward_ahead"), err[-3000:])
     assert len(_kind(events, "backward_worker_start")) == 1, _kind(events, "backward_worker_start")
+
+
+def test_a_script_s_numerics_flags_reach_the_worker(tmp_path: Path) -> None:
+    """allow_tf32 enters every FX key; a worker without it compiled backwards nobody could use."""
+    result, events, err = _run(tmp_path, "tf32")
+
+    _assert_matches_eager(result)
+    assert _outcomes(events) == ["used", "used"], (_kind(events, "backward_ahead"), err[-3000:])
 
 
 def test_channels_last_saves_are_predicted(tmp_path: Path) -> None:

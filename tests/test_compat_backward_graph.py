@@ -252,3 +252,33 @@ def test_fx_key_dump_writes_inductor_s_description(tmp_path: Path) -> None:
     finally:
         cc.compiled_fx_graph_hash = original
         torch._dynamo.reset()
+
+
+def test_every_numerics_flag_in_the_fx_key_is_shipped_and_applied() -> None:
+    """Each flag in _FLAGS must reach the worker: `torch.backends.cuda.matmul` is an object, not a
+    module, and its settings (TF32: nanoGPT sets allow_tf32) were silently left out, so every
+    backward compiled ahead for such a script had another FX key than the parent's."""
+    import torch
+    from torch.fx._graph_pickler import GraphPickler
+
+    from pcompile.compat import backward_graph
+
+    gm = torch.fx.symbolic_trace(lambda x: x * 2)
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            node.meta["val"] = torch.randn(3)
+    matmul = torch.backends.cuda.matmul
+    before = matmul.fp32_precision
+    try:
+        matmul.allow_tf32 = True
+        data = backward_graph.dumps(gm, [torch.randn(3)])
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        flags = GraphPickler.loads(data, FakeTensorMode()).flags
+        assert {f"{owner}.{name}" for owner, name in backward_graph._FLAGS} <= set(flags), flags
+        assert flags["torch.backends.cuda.matmul.fp32_precision"] == "tf32", flags
+        matmul.fp32_precision = "none"
+        backward_graph._apply_flags(flags)  # what the worker does before compiling
+        assert matmul.fp32_precision == "tf32"
+    finally:
+        matmul.fp32_precision = before

@@ -350,9 +350,9 @@ def dumps(bw_module: Any, inputs: list[Any] | None = None) -> bytes:
     from torch.fx._graph_pickler import GraphPickler, Options
 
     flags: dict[str, Any] = {}
-    for module, name in _FLAGS:
+    for owner, name in _FLAGS:
         try:
-            flags[f"{module}.{name}"] = getattr(importlib.import_module(module), name)
+            flags[f"{owner}.{name}"] = getattr(_resolve(owner), name)
         except (ImportError, AttributeError):
             pass
     flags["deterministic"] = torch.are_deterministic_algorithms_enabled()
@@ -368,6 +368,21 @@ def dumps(bw_module: Any, inputs: list[Any] | None = None) -> bytes:
     return GraphPickler.dumps(shipment, Options(ops_filter=None, node_metadata_key_filter=_meta_key_wanted))
 
 
+def _resolve(dotted: str) -> Any:
+    """`torch.backends.cuda.matmul` is an object, not a module: import the longest module prefix,
+    then walk attributes. (Importing it as a module failed, so TF32 and reduced-precision matmul
+    settings were never shipped: nanoGPT sets allow_tf32, and every backward the worker compiled
+    for it had another FX key than the parent's, H100 2026-11-25.)"""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        return functools.reduce(getattr, parts[cut:], obj)
+    raise ImportError(dotted)
+
+
 def _meta_key_wanted(key: str) -> bool:
     return not key.endswith(("nn_module_stack", "source_fn_stack"))
 
@@ -377,9 +392,9 @@ def _apply_flags(flags: dict[str, Any]) -> None:
     import torch
 
     for path, value in flags.items():
-        module, _, name = path.rpartition(".")
-        if module.startswith("torch."):
-            setattr(importlib.import_module(module), name, value)
+        owner, _, name = path.rpartition(".")
+        if owner.startswith("torch."):
+            setattr(_resolve(owner), name, value)
     torch.use_deterministic_algorithms(flags["deterministic"], warn_only=flags["deterministic_warn_only"])
 
 
