@@ -212,7 +212,8 @@ EAGER_BACKWARD = _declare("PCOMPILE_EAGER_BACKWARD", Bool(), True,
 BACKWARD_AHEAD = _declare(
     "PCOMPILE_BACKWARD_AHEAD", Bool(), None,
     "ship each region's backward graph to a worker process as soon as AOTAutograd has partitioned it, so it compiles "
-    "while the forward does; the parent loads it through the store. Costs ~12 CPU-s of imports in another process "
+    "while the forward does; the parent loads it through the store, and compiles any backward the worker has not "
+    "taken yet itself (it never waits for a worker still starting). Costs ~12 CPU-s of imports in another process "
     "and ~0.6 GB of GPU memory for its CUDA context while it lives. `0` off, `1` on (also on CPU-only hosts)",
     default_text="on for GPU jobs on ≥ 8 CPUs")
 AUTOTUNE = _declare("PCOMPILE_AUTOTUNE", Choice(("predicted", "benchmark")), "predicted",
