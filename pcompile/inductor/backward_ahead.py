@@ -10,8 +10,8 @@ check: if the compiled forward saved its activations with other strides than the
 predicted, the parent's key differs and it compiles the backward itself, as before.
 
 One worker per process, reused for later regions, gone when the job ends or after two idle
-minutes. It is started as soon as the process commits to pcompile (`torch.compile(m,
-backend="pcompile")` or `pcompile.install()`), so that its ~12 s of torch imports overlap Dynamo's
+minutes. It is started as soon as the process commits to pcompile (its first `torch.compile` call,
+with `backend="pcompile"`, `pcompile.install()` or PCOMPILE=1), so that its ~12 s of torch imports overlap Dynamo's
 tracing and the joint graph's trace instead of following them; a process whose first compile
 finds everything in the store (a hot start) closes it again at once (`scope_ended`). Started
 later, at the first AOTAutograd miss, it was ready only after the parent had reached the backward

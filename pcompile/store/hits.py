@@ -98,6 +98,8 @@ def describe(layer: str, row: Mapping[str, Any]) -> str:
 
 
 def summary(t: Mapping[str, Mapping[str, Any]]) -> str:
-    """One line: each asked layer, or that nothing was looked up."""
-    parts = [d for d in (describe(layer, row) for layer, row in t.items()) if d]
+    """One line: each asked layer in LAYERS order (whatever order `t` was built in: the warm
+    summary, stats and report must print the same line), or that nothing was looked up."""
+    order = [layer for layer in LAYERS if layer in t] + [layer for layer in t if layer not in LAYERS]
+    parts = [d for d in (describe(layer, t[layer]) for layer in order) if d]
     return ", ".join(parts) if parts else "no cache look-ups"

@@ -43,8 +43,9 @@ How the script runs -- the mechanism, and why this one:
 Contract with the GPU job, for its lookups to hit what the warm wrote:
 - the same torch, triton and cuDNN, and the board of the profile (`pcompile profile` on it);
 - the same pcompile cache dir (Inductor's caches live in <cache dir>/inductor);
-- the same pcompile-installed state: pcompile.install() changes torch._functorch config values
-  that AOTAutograd hashes into its keys, so a warm with pcompile installed matches a GPU job with
-  pcompile (backend="pcompile" or pcompile.install()), and PCOMPILE_DISABLE=1 matches a stock job.
+- the same pcompile-installed state: pcompile's hooks change torch._functorch config values that
+  AOTAutograd hashes into its keys, so a warm (whose child turns the hooks on at once) matches a
+  GPU job with pcompile (backend="pcompile", pcompile.install() or PCOMPILE=1: hooks on at its first
+  torch.compile call), and PCOMPILE_DISABLE=1 matches a stock job.
 """
 from __future__ import annotations

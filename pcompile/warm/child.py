@@ -72,7 +72,12 @@ def _install_pcompile_backend() -> str:
     if settings.DISABLE.get():
         return "disabled by PCOMPILE_DISABLE=1; stock Inductor caches only"
     try:
-        ok = pcompile.install()
+        pcompile.install()
+        # install() leaves the hooks to the first torch.compile; a warm always compiles, and its
+        # cache flags must be set before enable_graph_caches() looks at them, so turn them on now.
+        from pcompile.inductor import hooks
+
+        ok = hooks.install_hooks()
     except Exception as exc:  # the warm still fills the stock caches
         return f"failed ({type(exc).__name__}: {exc}); stock Inductor caches only"
     return "installed" if ok is not False else "declined (see its warning); stock Inductor caches only"
