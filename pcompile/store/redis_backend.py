@@ -61,7 +61,11 @@ class RedisBackend(RemoteBackend):
             "socket_timeout": timeout,
             "socket_connect_timeout": timeout,
             "retry_on_timeout": False,
-            "retry": Retry(NoBackoff(), 0),  # the breaker decides about retries, not the client
+            # The breaker decides about retries, not the client, with one exception: a connection
+            # error is retried once on a fresh connection. After a server restart every pooled
+            # connection is dead (ECONNRESET on first use); counted as failures, a few threads'
+            # stale connections tripped the breaker on a healthy server. Timeouts are never retried.
+            "retry": Retry(NoBackoff(), 1, supported_errors=(redis.exceptions.ConnectionError,)),
             "health_check_interval": 0,
             "decode_responses": False,
         }
