@@ -6,11 +6,12 @@ __version__ = "0.1.0"
 __all__ = ["__version__", "install", "warming"]
 
 
-def install() -> None:
-    """Route the default inductor backend of this process through pcompile."""
+def install() -> bool:
+    """Route the default inductor backend of this process through pcompile; False (warned once)
+    if it runs stock. The hooks turn on at the first torch.compile call."""
     from pcompile.inductor.install import install as _install
 
-    _install()
+    return _install()
 
 
 def warming() -> bool:

@@ -289,7 +289,7 @@ class BackwardAhead:
     One per process, made and owned by the feature registry (features.py), which hands it to
     compat.backward_graph (`on_partition`, `around_backward`) and store_gateway (`on_lookup`), and
     to the backend's compile scope (`allowed`, `scope_ended`). `wanted` is the registry's answer
-    (this module's `wanted()` with the declared conflicts resolved)."""
+    (this module's `wanted()`)."""
 
     def __init__(self, wanted: Callable[[], bool] = wanted) -> None:
         self.wanted = wanted

@@ -72,7 +72,8 @@ def _install_pcompile_backend() -> str:
     if settings.DISABLE.get():
         return "disabled by PCOMPILE_DISABLE=1; stock Inductor caches only"
     try:
-        pcompile.install()
+        if pcompile.install() is False:
+            return "declined (see its warning); stock Inductor caches only"
         # install() leaves the hooks to the first torch.compile; a warm always compiles, and its
         # cache flags must be set before enable_graph_caches() looks at them, so turn them on now.
         from pcompile.inductor import hooks
