@@ -182,3 +182,20 @@ def test_host_data_keeps_its_values_and_model_state_stays_a_placeholder(scoped):
         z = y.clone()
         z.add_(out.sum().long())  # written from a placeholder: the shadow goes
         assert z.tolist() == [[0, 0, 0], [0, 0, 0]]
+
+
+def test_wrapper_reinterpret_makes_no_autograd_view_as_the_real_helper():
+    """A compiled graph's sliced output (e.g. padded logits) must reach the next frame as it does on
+    the GPU: same storage, no `_base`. A view would change the next graph's symbol names and keys."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from pcompile.compat.warm_launches import alias_without_base
+
+    real = torch.empty(4, 16)
+    stock = torch._C._dynamo.guards._reinterpret_tensor(real, (4, 10), (16, 1), 2)
+    with FakeTensorMode():
+        fake = torch.empty(4, 16)
+        ours = alias_without_base(fake, (4, 10), (16, 1), 2)
+        assert (ours._base is None) == (stock._base is None)
+        assert (ours.shape, ours.stride(), ours.storage_offset()) == (stock.shape, stock.stride(), 2)
+        assert ours.untyped_storage()._cdata == fake.untyped_storage()._cdata

@@ -38,6 +38,16 @@ def check() -> list[str]:
     return missing(PRIVATE_SYMBOLS)
 
 
+def alias_without_base(t: torch.Tensor, size: Any, stride: Any, offset: int) -> torch.Tensor:
+    """A tensor on `t`'s storage that is not an autograd view of `t`, as the C++ helper makes.
+
+    Why: `torch.as_strided` would set `_base`; Dynamo then traces the next frame's input through
+    `x._base` and names its symbols after the base, so the warm's graph keys differ from the GPU
+    job's (a padded logits slice fed to the loss: `s1` in the warm, `s21` on the GPU).
+    """
+    return t.new_empty((0,)).set_(t.untyped_storage(), offset, size, stride)
+
+
 def route_wrapper_allocations() -> None:
     """Inductor's generated wrappers allocate through C++ helpers that bypass the dispatcher and
     would hand real (garbage) device buffers to the next op. Under the script's fake mode, build
@@ -63,7 +73,7 @@ def route_wrapper_allocations() -> None:
 
     def reinterpret_tensor(t: torch.Tensor, size: Any, stride: Any, offset: int = 0) -> torch.Tensor:
         if is_fake(t):
-            return torch.as_strided(t, size, stride, t.storage_offset() + offset)
+            return alias_without_base(t, size, stride, t.storage_offset() + offset)
         return original_reinterpret(t, size, stride, offset)
 
     g._reinterpret_tensor = reinterpret_tensor
