@@ -50,7 +50,8 @@ CHECKED = {'torch': '2.11.0, 2.14.1, 2.15.0'}
 PRIVATE = ("torch._inductor.async_compile.AsyncCompile._ready_future",
            "torch._inductor.runtime.triton_heuristics.CachingAutotuner.precompile",
            "torch._inductor.runtime.triton_heuristics.CachingAutotuner.prepare_for_pickle",
-           "torch._inductor.runtime.triton_heuristics.CachingAutotuner.restore_after_unpickle")
+           "torch._inductor.runtime.triton_heuristics.CachingAutotuner.restore_after_unpickle",
+           "torch._inductor.runtime.triton_heuristics.CachingAutotuner.compile_results")
 
 #: What a pool worker imports before its first job (the forkserver preloads them; kernel_router.py).
 WORKER_MODULES = ("torch", "torch._inductor.runtime.compile_tasks", "torch._inductor.runtime.triton_heuristics")
@@ -296,6 +297,41 @@ def run_triton_job(
     `triton_env_wanted` is the parent's `triton_env()`, applied before compiling.
     """
     _, codecache, compile_tasks, _ = _modules()
+    env = _worker_env(extra_env, triton_env_wanted)
+    load_kernel = functools.partial(codecache._load_triton_kernel_from_source, kernel_name, source)
+    t0 = time.perf_counter()
+    with _no_gpu_driver_setup_in_worker():
+        result = compile_tasks._worker_compile_triton(load_kernel, env, extra_config)
+    seconds = time.perf_counter() - t0
+    return TritonResult(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL), {}, seconds, f"pid {os.getpid()}")
+
+
+def run_configs_job(
+    kernel_name: str,
+    source: str,
+    extra_env: dict[str, str | None] | None,
+    extra_config: dict[str, Any],
+    triton_env_wanted: dict[str, str] | None,
+    load_kernel: Callable[[], Any],
+) -> list[tuple[str, str]]:
+    """Worker side: compile the configs `load_kernel()` returns an autotuner for, with exactly the
+    stock worker's environment and config (so each cubin's Triton key is the one the GPU job asks
+    for). Returns (Triton cache key, kernel name) of each config that compiled: its files are in
+    the job's TRITON_CACHE_DIR under that key."""
+    _, _, compile_tasks, _ = _modules()
+    env = _worker_env(extra_env, triton_env_wanted)
+    with _no_gpu_driver_setup_in_worker():
+        kernel, _ = compile_tasks._worker_compile_triton(load_kernel, env, extra_config)
+    out = []
+    for result in getattr(kernel, "compile_results", None) or ():
+        binary = getattr(result, "kernel", None)
+        if getattr(binary, "hash", None) and getattr(binary, "name", None):
+            out.append((str(binary.hash), str(binary.name)))
+    return out
+
+
+def _worker_env(extra_env: dict[str, str | None] | None, triton_env_wanted: dict[str, str] | None) -> dict[str, Any]:
+    _, _, compile_tasks, _ = _modules()
     compile_tasks._set_triton_ptxas_path()
     _apply_triton_env(triton_env_wanted)
     env = own_cache_env() if extra_env is None else dict(extra_env)
@@ -303,12 +339,7 @@ def run_triton_job(
         env.pop("TRITON_LIBDEVICE_PATH")  # 2.11's os.environ.update() cannot take None
     if not hasattr(_modules()[3], "skip_gpu_driver_setup"):
         env = {k: v for k, v in env.items() if v is not None}
-    load_kernel = functools.partial(codecache._load_triton_kernel_from_source, kernel_name, source)
-    t0 = time.perf_counter()
-    with _no_gpu_driver_setup_in_worker():
-        result = compile_tasks._worker_compile_triton(load_kernel, env, extra_config)
-    seconds = time.perf_counter() - t0
-    return TritonResult(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL), {}, seconds, f"pid {os.getpid()}")
+    return env
 
 
 def compile_in_process(job: TritonJob) -> TritonResult:

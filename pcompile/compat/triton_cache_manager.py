@@ -41,6 +41,7 @@ def check() -> None:
     cache = require_attr(knobs, "cache", "triton.knobs")
     require_attr(cache, "manager_class", "triton.knobs.cache")
     require_attr(tcache, "get_cache_manager", "triton.runtime.cache")
+    require_attr(tcache, "_base32", "triton.runtime.cache")
 
 
 def file_cache_manager() -> type:
@@ -55,3 +56,18 @@ def configured_manager() -> Any:
     from triton import knobs
 
     return knobs.cache.manager_class
+
+
+def manager_key(kernel_hash: str) -> str:
+    """The key Triton builds a manager with for a compiled kernel's `hash` (`get_cache_manager`
+    names the directory by the hash in base32)."""
+    import triton.runtime.cache as tcache
+
+    return tcache._base32(kernel_hash)
+
+
+def local_dir() -> str | None:
+    """Triton's cache dir in this process (TRITON_CACHE_DIR or its default)."""
+    from triton import knobs
+
+    return knobs.cache.dir or None

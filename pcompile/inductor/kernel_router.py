@@ -27,13 +27,14 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from pcompile.compat import pool_hook
+from pcompile.compat import coordesc_ring, pool_hook
 from pcompile.config import Settings
 from pcompile.inductor import device_index, layer_keys, store_gateway, triton_jobs
 from pcompile.keys.key import Key, KeyInputs
 from pcompile.pool import choose
 from pcompile.pool.choose import job_timeout, start_pool
 from pcompile.pool.errors import JobTimedOut, PoolError, WorkerCrashed
+from pcompile.settings import WARM_COORDESC_STEPS
 from pcompile.store.entry import Entry
 from pcompile.warn import warn_once
 
@@ -64,6 +65,7 @@ class KernelRouter:
         self._waiters = ThreadPoolExecutor(64, thread_name_prefix="pcompile-kernel")
         self._fp_lock = threading.Lock()
         self._warming = False
+        self._speculative: list[Future] = []
         self.eager = eager
         self.jobs = self._make_pool(kind, address)
 
@@ -110,9 +112,48 @@ class KernelRouter:
             value, outcome = self._resolve(job, built)
             device = self.hook.device_of(job.source)
             device_index.bind_kernel(value[0], device[2] if device else None)
+            if outcome == "compiled":  # a hit's candidates were compiled where it was
+                self._compile_coordesc_ring(job)
             return value
         finally:
             _emit_kernel_event(job, t0, outcome, self.kind, built)
+
+    # -- speculation: the configs a GPU job's coordinate-descent tuning compiles --------------
+    def _compile_coordesc_ring(self, job: Any) -> None:
+        """In a warm only (its host has idle cores; a GPU job's pool serves its critical path):
+        queue, behind every real kernel, the compile of the configs the GPU job's tuner tries
+        first (compat/coordesc_ring.py). Not in threads of this process (`local`): they would
+        contend with the script for the GIL; nor on Ray actors, whose store is their host's."""
+        steps = WARM_COORDESC_STEPS.get()
+        if steps < 1 or self.kind != "node" or not store_gateway.cannot_time() or not coordesc_ring.wanted(job.source):
+            return
+        env = job.extra_env
+        future = self.jobs.submit_job(
+            triton_jobs.run_coordesc_ring,
+            (job.kernel_name, job.source, env, job.extra_config, self.hook.triton_env(), steps),
+            weight=-1.0, timeout=self.timeout, label=f"{job.kernel_name} (tuner candidates)",
+            fallback=lambda: [],
+        )
+        with self._counts_lock:
+            self._speculative.append(future)
+
+    def drain_speculation(self, timeout: float | None = None) -> tuple[int, int]:
+        """Wait for the queued candidate compiles (a warm calls this before it reports):
+        (kernels whose candidates were compiled, configs compiled)."""
+        with self._counts_lock:
+            pending, self._speculative = self._speculative, []
+        from pcompile.inductor.triton_cache import publish_compiled_elsewhere
+
+        kernels = configs = 0
+        for future in pending:
+            try:
+                compiled = list(future.result(timeout=timeout) or ())
+            except Exception:
+                continue
+            n = sum(bool(publish_compiled_elsewhere(key, name)) for key, name in compiled)
+            kernels += n > 0
+            configs += n
+        return kernels, configs
 
     def _resolve(self, job: Any, built: dict[str, Any]) -> tuple[tuple[Any, int], str]:
         try:

@@ -102,22 +102,40 @@ class StoreCacheManager(compat.file_cache_manager()):  # type: ignore[misc]
 
     def put_group(self, filename: str, group: dict[str, str]) -> Any:
         path = super().put_group(filename, group)
-        if self._local_only:
-            return path
+        if not self._local_only:
+            self._publish(filename, group)
+        return path
+
+    def publish_local(self, filename: str) -> bool:
+        """Publish a group another process compiled into this process's Triton dir (a pool
+        worker's speculative configs): False when it is not there."""
+        group = super().get_group(filename)
+        return bool(group) and not self._local_only and self._publish(filename, group)
+
+    def _publish(self, filename: str, group: dict[str, str]) -> bool:
         blobs: dict[str, bytes] = {}
         for name, child in group.items():
             data = _read(child)
             if data is None:
                 store_gateway.release(self._leased or "")
-                return path  # a file vanished under us: publish nothing rather than half a kernel
+                return False  # a file vanished under us: publish nothing rather than half a kernel
             blobs[os.path.basename(name)] = data
         meta = {"source": "triton", "triton_hash": self.key, "group": filename, "files": sorted(blobs)}
         target = _target_of(blobs.get(filename))
         if target:
             meta["target"] = target
-        store_gateway.publish("triton", _inductor_key(self.key, filename), blobs, meta=meta)
+        ok = store_gateway.publish("triton", _inductor_key(self.key, filename), blobs, meta=meta)
         self._leased = None
-        return path
+        return ok
+
+
+def publish_compiled_elsewhere(kernel_hash: str, kernel_name: str) -> bool:
+    """Store a kernel group another process compiled into this process's Triton dir
+    (`kernel_hash`: the compiled kernel's `hash`)."""
+    key, root = compat.manager_key(kernel_hash), compat.local_dir()
+    if not root or not os.path.isdir(os.path.join(root, key)):
+        return False
+    return StoreCacheManager(key).publish_local(f"{kernel_name}.json")
 
 
 def _is_native_module(filename: str) -> bool:

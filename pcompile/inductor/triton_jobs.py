@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from pcompile.compat import pool_hook
+from pcompile.compat import coordesc_ring, pool_hook
 from pcompile.inductor import store_gateway
 from pcompile.keys.versions import build_software
 
@@ -40,3 +40,27 @@ def compile_in_process(job: pool_hook.TritonJob) -> pool_hook.TritonResult:
     with store_gateway.inside("kernel"):
         result = pool_hook.compile_in_process(job)
     return dataclasses.replace(result, software=build_software(pool_hook.arch_of(job.source)))
+
+
+def run_coordesc_ring(
+    kernel_name: str,
+    source: str,
+    extra_env: dict[str, str | None] | None,
+    extra_config: dict[str, Any],
+    triton_env_wanted: dict[str, str] | None,
+    steps: int,
+) -> list[tuple[str, str]]:
+    """Worker side: compile the configs coordinate-descent tuning will try first on the GPU
+    (compat/coordesc_ring.py), for a warm. Returns (Triton key, kernel name) per compiled config;
+    the parent publishes those groups from the Triton dir (a worker has no store of its own).
+    Empty when there is no ring or none of it compiles: speculation never fails a warm."""
+    def load_ring() -> Any:
+        kernel = coordesc_ring.fresh_kernel(kernel_name, source)
+        kernel.configs = coordesc_ring.ring(kernel, steps)  # none: Inductor raises, answered below
+        return kernel
+
+    try:
+        with store_gateway.inside("kernel", untimed=True):
+            return pool_hook.run_configs_job(kernel_name, source, extra_env, extra_config, triton_env_wanted, load_ring)
+    except Exception:
+        return []

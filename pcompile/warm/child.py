@@ -303,6 +303,7 @@ def run(spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     counter.install()
     w = _protect_user_files(spec, mode) if spec.get("run_dir") else None
     code = _run_script(spec, mode, report)
+    report["coordesc"] = _drain_tuner_candidates()
     if w is not None:
         report["writes"] = w.summary()
     report["steps_done"] = counter.done
@@ -314,6 +315,18 @@ def run(spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
 
     report["reads"] = reads.summary()
     return code, report
+
+
+def _drain_tuner_candidates() -> dict[str, int]:
+    """Wait for the candidate configs queued for coordinate-descent-tuned kernels (kernel_router.py):
+    the warm is not done until their cubins are in the store."""
+    from pcompile.inductor import pool_install
+
+    router = pool_install.router()
+    if router is None:
+        return {"kernels": 0, "configs": 0}
+    kernels, configs = router.drain_speculation()
+    return {"kernels": kernels, "configs": configs}
 
 
 _STACKS: Any = None  # kept open for the life of the process: faulthandler writes into it

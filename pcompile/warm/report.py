@@ -95,7 +95,11 @@ def report_lines(result: Any, check: bool = False) -> list[str]:
                    f"not written ({n_timed} GPU timings asked for: max-autotune choices, fusion benchmarks); every candidate "
                    "kernel was compiled here, so the GPU job only benchmarks them, then publishes the winners for the jobs after it")
     elif r.get("max_autotune"):
-        out.append("not warmed: coordinate-descent tuning happens at the GPU job's first launches")
+        out.append("not warmed: coordinate-descent tuning's timings happen at the GPU job's first launches")
+    cd = r.get("coordesc") or {}
+    if cd.get("configs"):
+        out.append(f"tuner candidates: compiled {cd['configs']} configs around {cd['kernels']} kernels the GPU job will "
+                   "coordinate-descent tune (its first rounds load them instead of compiling; PCOMPILE_WARM_COORDESC_STEPS)")
     for rk in r.get("ranks") or []:
         c = rk.get("counters") or {}
         fx = c.get("inductor", {})
