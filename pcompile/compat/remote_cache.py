@@ -23,10 +23,16 @@ local=False, remote=True; AOTAutograd's cacheability check accepts "fx_graph_cac
 Otherwise a local hit would never reach the store: entries made before pcompile, or evicted by
 its GC, would be served on this node but never published, and other nodes would get AOTAutograd
 entries whose graphs are missing. `fx_graph_cache` is in `_cache_config_ignore_prefix` too.
+
+The local flags are turned off only for the span of each graph compile (`local_twins_off`), not
+once at install: `enable_autograd_cache` is hashed into every AOTAutograd key, and a script that
+sets it at import (gpt-fast) would otherwise leave it True where the hooks came first (a warm)
+and False where they came at its `torch.compile` (the GPU job): different keys, a miss.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+from typing import Any, Callable, Iterator
 
 from pcompile.compat import CompatError, require_attr
 
@@ -107,15 +113,13 @@ def enable_flags(replace_local: bool = True) -> dict[str, bool]:
 
     An explicit user choice wins: a remote flag already True/False, or the layer switched off
     by its environment variable (TORCHINDUCTOR_FX_GRAPH_CACHE=0), is left alone. With
-    `replace_local`, Inductor's local FX graph / AOTAutograd caches are turned off where the
-    store took over, so every lookup and every publish goes through the store.
+    `replace_local`, Inductor's local FX graph / AOTAutograd caches are turned off while each
+    graph compiles (`local_twins_off`), so every lookup and every publish goes through the store.
     """
     import os
 
-    import torch._functorch.config as fconfig
-    import torch._inductor.config as iconfig
-
-    modules = {"inductor": iconfig, "functorch": fconfig}
+    global _replace_local
+    modules = _config_modules()
     changed: dict[str, bool] = {}
     for prefix, flags in (("inductor", _INDUCTOR_FLAGS), ("functorch", _FUNCTORCH_FLAGS)):
         mod = modules[prefix]
@@ -127,13 +131,43 @@ def enable_flags(replace_local: bool = True) -> dict[str, bool]:
                 continue
             setattr(mod, flag, True)
             changed[f"{prefix}.{flag}"] = True
-            if twin is not None and replace_local:
-                twin_mod = modules[twin[0]]
-                if getattr(twin_mod, twin[1]):
-                    setattr(twin_mod, twin[1], False)
-                    changed[f"{twin[0]}.{twin[1]}"] = False
+    _replace_local = replace_local
     _forget_cached_remote_caches()
     return changed
+
+
+_replace_local = False
+
+
+def _config_modules() -> dict[str, Any]:
+    import torch._functorch.config as fconfig
+    import torch._inductor.config as iconfig
+
+    return {"inductor": iconfig, "functorch": fconfig}
+
+
+@contextlib.contextmanager
+def local_twins_off() -> Iterator[list[str]]:
+    """For one graph compile: each local cache whose remote twin is on is off (see the module
+    docstring), whatever order the script and pcompile's install set them in; put back after.
+    Yields the flags it turned off."""
+    if not _replace_local:
+        yield []
+        return
+    modules = _config_modules()
+    turned: list[tuple[Any, str]] = []
+    for remote, (prefix, local, _env) in _LOCAL_TWIN.items():
+        owner = modules["inductor"] if remote in _INDUCTOR_FLAGS else modules["functorch"]
+        mod = modules[prefix]
+        if getattr(owner, remote) and getattr(mod, local):
+            setattr(mod, local, False)
+            turned.append((mod, local))
+    try:
+        yield [f"{'inductor' if m is modules['inductor'] else 'functorch'}.{f}" for m, f in turned]
+    finally:
+        for mod, flag in turned:
+            if getattr(mod, flag) is False:  # the script did not change it inside the compile
+                setattr(mod, flag, True)
 
 
 def _forget_cached_remote_caches() -> None:

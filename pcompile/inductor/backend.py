@@ -68,11 +68,16 @@ def compile_scope(gm: Any) -> Iterator[None]:
         from pcompile.compat import lazy_backward
 
         eager = lazy_backward.eager_backward()
+    twins: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+    if compat.check("remote_cache") is None:
+        from pcompile.compat import remote_cache
+
+        twins = remote_cache.local_twins_off()
     name, cid = _graph_name(gm)
     ahead = features.handle("backward_ahead")  # its worker speculates only inside our own backend calls
     allowed = ahead.allowed() if ahead is not None else contextlib.nullcontext()
     with span("graph_compile", name=name, compile_id=cid, backend="pcompile") as ev, store_gateway.scope() as sc, eager, \
-            allowed:
+            allowed, twins:
         yield
         ev.outcome = sc.outcome
     if ahead is not None:
