@@ -164,6 +164,7 @@ def gpu_jobs(case: dict[str, Any], res: dict[str, Any], work: Path, steps: int, 
             out = work / f"{name}-pair{i}.json"
             _run(job_cmd(case, ranks, out, steps, args, root), env, cwd, work / f"{name}-pair{i}.log", timeout)
             got[name] = (json.loads(out.read_text()) if out.exists() else {}).get("first_step_s")
+        res.setdefault("pair_runs", []).append(got)
         if got.get("stock_hot") and got.get("pcompile_after_warm"):
             extra.append(round(got["pcompile_after_warm"] / got["stock_hot"], 3))
     pcj, hot, cold_run = res["pcompile_after_warm"], res["stock_hot"], res["stock_cold"]
