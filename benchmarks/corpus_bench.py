@@ -103,7 +103,8 @@ def _base_env(case: dict[str, Any]) -> dict[str, str]:
     return base
 
 
-def warm_case(case: dict[str, Any], work: Path, small: bool, timeout: float, root: Path = CORPUS) -> dict[str, Any]:
+def warm_case(case: dict[str, Any], work: Path, small: bool, timeout: float, root: Path = CORPUS,
+              target: str = "h100") -> dict[str, Any]:
     """Setup, then the warm with the GPU watched. Needs no GPU, so several run side by side."""
     work.mkdir(parents=True, exist_ok=True)
     cwd = root / case.get("cwd", ".")
@@ -116,7 +117,7 @@ def warm_case(case: dict[str, Any], work: Path, small: bool, timeout: float, roo
         if rc != 0:
             res["error"] = f"setup failed ({rc}), see {work / 'setup.log'}"
             return res
-    warm = [sys.executable, "-m", "pcompile.cli.main", "warm", str(root / case["script"]), "--target", "h100",
+    warm = [sys.executable, "-m", "pcompile.cli.main", "warm", str(root / case["script"]), "--target", target,
             "--cache-dir", str(work / "pcompile-cache"), "--json"] + (["--world-size", str(ranks)] if ranks else []) + \
         list(case.get("warm_args") or []) + ["--", *_case_args(case, small)]
     with GpuWatch() as watch:
@@ -205,6 +206,7 @@ def main() -> int:
     ap.add_argument("--cold", action="store_true", help="also run pcompile with an empty cache (cold) against stock cold")
     ap.add_argument("--parallel-warms", type=int, default=1,
                     help="warm this many cases side by side first (CPU only), then run the GPU jobs one by one")
+    ap.add_argument("--target", default="h100", help="`pcompile warm --target`: a board name or a `pcompile profile` JSON")
     ap.add_argument("--pairs", type=int, default=1,
                     help="(after warm, stock hot) pairs per case; >1 reports the median ratio (pairs in alternating order)")
     ap.add_argument("--cases-file", default=str(CORPUS / "cases.json"), help="cases.json; scripts and cwd are relative to its folder")
@@ -219,7 +221,7 @@ def main() -> int:
     work = {c["name"]: Path(a.out) / c["name"] for c in cases}
     with ThreadPoolExecutor(max(1, a.parallel_warms)) as pool:  # warms use CPUs only: side by side
         warmed = dict(zip((c["name"] for c in cases),
-                          pool.map(lambda c: warm_case(c, work[c["name"]], a.small, a.timeout, root), cases)))
+                          pool.map(lambda c: warm_case(c, work[c["name"]], a.small, a.timeout, root, a.target), cases)))
     for case in cases:
         r = warmed[case["name"]]
         if "error" not in r and r.get("warm_rc") == 0:  # a failed warm's row says so; no GPU time spent on it
