@@ -90,13 +90,20 @@ def cache_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-def snapshot(root: Path) -> dict[str, set[str]]:
-    """Entries per cache layer: FX graph and AOTAutograd entry files, Triton cubins."""
+def snapshot(root: Path, store: Path | None = None) -> dict[str, set[str]]:
+    """Entries per cache layer: FX graph and AOTAutograd entries, Triton cubins.
+
+    With pcompile's hooks on, Inductor's local FX/AOTAutograd caches are off while graphs compile
+    and their entries go to the store (`store`: its node-local tier); with PCOMPILE_DISABLE=1 they
+    are files under `root`. Both are counted, once per place (`written` takes the larger)."""
     out: dict[str, set[str]] = {k: set() for k in LAYERS}
-    for layer in ("fxgraph", "aotautograd"):
+    for layer, store_layer in (("fxgraph", "graph"), ("aotautograd", "autograd")):
         base = root / layer
         if base.exists():
             out[layer] = {str(p.relative_to(base)) for p in base.rglob("*") if p.is_file() and not p.name.endswith(".lock")}
+        manifests = store / "manifests" / store_layer if store is not None else None
+        if manifests is not None and manifests.exists():
+            out[f"store:{layer}"] = {p.name for p in manifests.rglob("*.json")}
     tri = root / "triton"
     if tri.exists():
         out["triton"] = {str(p.relative_to(tri)) for p in tri.rglob("*.cubin")}
@@ -248,11 +255,11 @@ def run_warm(opts: WarmOptions) -> WarmResult:
     iso = isolation.choose(run_dir)
     print(iso.notice(), file=sys.stderr, flush=True)
     isolation.start_daemon_outside(iso, settings.cache_dir)
-    before = snapshot(inductor)
+    before = snapshot(inductor, settings.cache_dir / "store")
     t0 = time.monotonic()
     results = [_run_rank(opts, settings, profile, lib, script, run_dir, rank, iso, job) for rank in ranks]
     seconds = time.monotonic() - t0
-    after = snapshot(inductor)
+    after = snapshot(inductor, settings.cache_dir / "store")
     rc, report, workers = results[0]
     if len(results) > 1:
         report["ranks"] = [{"rank": r, "exit_code": code, "status": rep.get("status"), "error": rep.get("error"),
@@ -264,7 +271,9 @@ def run_warm(opts: WarmOptions) -> WarmResult:
         if failed and not report.get("error"):
             report["error"] = "; ".join(failed)
     warnings = version_warnings(profile, report.get("software") or {})
-    written = {layer: len(after[layer] - before[layer]) for layer in LAYERS}
+    written = {layer: max(len(after[layer] - before[layer]),
+                          len(after.get(f"store:{layer}", set()) - before.get(f"store:{layer}", set())))
+               for layer in LAYERS}
     return WarmResult(rc, report, written, seconds, profile, warnings, [w for _, _, ws in results for w in ws], inductor,
                       lookups=job_lookups(settings, job), job=job)
 
