@@ -50,3 +50,31 @@ def test_probes_start_at_the_first_compile_and_never_in_an_all_hit_process(tmp_p
     hot = _run(tmp_path, "b")  # same store, fresh Inductor dirs: every graph comes from the store
     assert hot["router"]
     assert hot["probes_started"] is False, "a process whose graphs all hit still ran the router's probes"
+
+
+NEVER_RUN = r"""
+import json, os
+import torch, pcompile
+from pcompile.inductor import pool_install
+from pcompile.pool.launcher import read_pidfile
+pcompile.install()
+model = torch.nn.Linear(16, 4)
+compiled = torch.compile(model)          # nanoGPT's sample.py --compile=True: then runs model.generate,
+model(torch.randn(8, 16))                # which never enters the compiled forward
+before = {"router": pool_install.router() is not None, "daemon": read_pidfile(os.environ["PCOMPILE_CACHE_DIR"]) is not None}
+compiled(torch.randn(8, 16))
+print(json.dumps({"before": before, "router_after": pool_install.router() is not None}))
+"""
+
+
+def test_an_eager_pool_starts_at_the_first_frame_not_at_the_torch_compile_call(tmp_path: Path) -> None:
+    """PCOMPILE_POOL_EAGER=1 stands in for a GPU host (where the daemon starts early): calling
+    torch.compile starts nothing; the first compiled frame starts the router."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), PCOMPILE_CACHE_DIR=str(tmp_path / "pc"), PCOMPILE_POOL="node",
+               PCOMPILE_POOL_EAGER="1", PCOMPILE_POOL_IDLE_EXIT="20")
+    for var in ("PCOMPILE_SHARED_DIR", "PCOMPILE_REMOTE", "PCOMPILE_READ_ONLY", "TORCHINDUCTOR_COMPILE_THREADS", "PCOMPILE_DISABLE"):
+        env.pop(var, None)
+    out = subprocess.run([sys.executable, "-c", NEVER_RUN], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"before": {"router": False, "daemon": False}, "router_after": True}, got

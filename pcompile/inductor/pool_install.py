@@ -86,6 +86,21 @@ def _get_router(kind: str, address: str | None) -> KernelRouter:
     return _router
 
 
+def _start_with_first_frame(start: Callable[[], Any]) -> None:
+    """`start()` (which builds the pool: the router and, with a GPU, the node's daemon in its own
+    process) runs when Dynamo begins the first frame, so the pool comes up while Dynamo traces;
+    a script that calls torch.compile but never runs the compiled code starts nothing
+    (compat/compile_start.py). Where that hook is missing, at once."""
+    from pcompile import compat
+
+    if compat.check("compile_start") is None:
+        from pcompile.compat import compile_start
+
+        compile_start.on_first_frame(start)
+    else:
+        start()
+
+
 _COMPILING = ("graph", "autograd")
 _listening = False
 
@@ -138,10 +153,9 @@ def install_pool() -> bool:
             pool_hook.set_ptxas_path()
             if pool_hook.installed():
                 return True
-            _get_router(kind, address)  # with a GPU: start the daemon now (its own process), while Dynamo traces
             _listen_for_first_compile()
             pool_hook.install_process_pool(lambda: InductorPool(_get_router(kind, address)))
-            pool_hook.prime_ready()
+            _start_with_first_frame(pool_hook.prime_ready)
             return True
         except Exception as exc:  # never break a compile over the pool
             warn_once("pool-install", f"pcompile: could not install the compile pool ({type(exc).__name__}: {exc}); using stock Inductor", logger=log)
