@@ -202,9 +202,9 @@ def test_worker_killed_mid_compile_does_not_fail_the_compile(env: dict[str, str]
         f"""
         import signal
         assert pool_install.install_pool()
+        pool = ac.AsyncCompile.process_pool()  # what Inductor's first kernel does: builds the router
         r = pool_install.router()
         assert r.jobs.wait_connected(120)
-        pool = ac.AsyncCompile.process_pool()
         k = KERNELS[0]
         killed = None
         for attempt in range(4):
