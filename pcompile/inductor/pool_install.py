@@ -86,29 +86,24 @@ def _get_router(kind: str, address: str | None) -> KernelRouter:
     return _router
 
 
-def _start_with_first_frame(start: Callable[[], Any]) -> None:
-    """`start()` (which builds the pool: the router and, with a GPU, the node's daemon in its own
-    process) runs when Dynamo begins the first frame, so the pool comes up while Dynamo traces;
-    a script that calls torch.compile but never runs the compiled code starts nothing
-    (compat/compile_start.py). Where that hook is missing, at once."""
-    from pcompile import compat
-
-    if compat.check("compile_start") is None:
-        from pcompile.compat import compile_start
-
-        compile_start.on_first_frame(start)
-    else:
-        start()
-
-
 _COMPILING = ("graph", "autograd")
 _listening = False
 
 
 def _on_lookup(kind: str, key: str, outcome: str) -> None:
-    """store_gateway calls this on every lookup: a graph entry this process must build (missed, or
-    leased to it) means kernels will follow, so the router's probes start now."""
-    if kind in _COMPILING and outcome in ("leased", "miss") and _router is not None and _router_pid == os.getpid():
+    """store_gateway calls this on every lookup. A graph entry this process must build (missed, or
+    leased to it) means kernels will follow: the pool comes up now (the router and, with a GPU,
+    the node's daemon, while AOTAutograd and Inductor lower the graph) and the router's probes
+    start. Not before: a process whose graphs all hit, or that calls torch.compile and never runs
+    the compiled code (nanoGPT's sample.py --compile=True), starts nothing. Starting at the
+    torch.compile call cost such jobs 1.1-2.2 s on the H200: the daemon's workers load every core."""
+    if kind not in _COMPILING or outcome not in ("leased", "miss"):
+        return
+    from pcompile.compat import pool_hook
+
+    if _router is None or _router_pid != os.getpid():
+        pool_hook.prime_ready()  # Inductor's readiness probe: builds the pool through our factory
+    if _router is not None and _router_pid == os.getpid():
         _router.warm_up_soon()
 
 
@@ -153,9 +148,8 @@ def install_pool() -> bool:
             pool_hook.set_ptxas_path()
             if pool_hook.installed():
                 return True
-            _listen_for_first_compile()
             pool_hook.install_process_pool(lambda: InductorPool(_get_router(kind, address)))
-            _start_with_first_frame(pool_hook.prime_ready)
+            _listen_for_first_compile()
             return True
         except Exception as exc:  # never break a compile over the pool
             warn_once("pool-install", f"pcompile: could not install the compile pool ({type(exc).__name__}: {exc}); using stock Inductor", logger=log)
