@@ -122,6 +122,17 @@ if mode == "stalled":  # a worker that never becomes ready in time (a busy node)
 
 w0 = current_worker()
 started_at_compile = bool(w0 is not None and w0.alive)  # before any graph exists
+worker_nice = None
+if w0 is not None:  # its niceness once it is importing (it lowers itself first thing)
+    deadline = time.monotonic() + 30
+    while worker_nice is None and time.monotonic() < deadline:
+        try:
+            nice = int(open(f"/proc/{w0.pid}/stat").read().rsplit(")", 1)[1].split()[16]) if w0.pid else None
+        except (OSError, ValueError, IndexError):
+            nice = None
+        if nice is not None and (nice > 0 or w0.ready):
+            worker_nice = nice
+        time.sleep(0.01)
 t0 = time.monotonic()
 if mode == "infer":
     with torch.no_grad():
@@ -162,6 +173,7 @@ result = {
     "step_s": step_s,
     "pid": os.getpid(),
     "started_at_compile": started_at_compile,
+    "worker_nice": worker_nice,
     "worker_gone_s": worker_gone_s,
 }
 print("''' + t.RESULT_MARK + '''" + json.dumps(result), flush=True)
@@ -212,6 +224,7 @@ def test_backwards_compiled_ahead_are_used(tmp_path: Path) -> None:
     starts = _kind(events, "backward_worker_start")
     assert len(starts) == 1 and starts[0]["how"] == "subprocess", starts  # one worker, reused for region 2
     assert result["started_at_compile"], "the worker should start at torch.compile, before the first graph"
+    assert result["worker_nice"] == 19, result["worker_nice"]  # speculation never takes CPU from the job
 
 
 def test_an_inference_graph_lets_the_early_worker_go(tmp_path: Path) -> None:
