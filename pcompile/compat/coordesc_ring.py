@@ -9,7 +9,7 @@ starts one step away. Compiling that ring around every config of the kernel for 
 puts the cubins in the store, and the GPU job's candidate compiles become Triton cache hits. The
 tuner's own functions name the fields and the neighbours, so the ring follows Inductor's rules.
 
-Touched (torch 2.11.0 and 2.14.1, both read):
+Touched (torch 2.11.0 and 2.14.1, both read; 2.15.0: its tests and the warm test pass):
   torch._inductor.runtime.coordinate_descent_tuner.{get_field, set_field,
       CoordescTuner.tunable_fields, .get_neighbour_values, .is_valid_config}
   torch._inductor.runtime.triton_heuristics.{CachingAutotuner.coordesc_tuner, .configs,
@@ -26,7 +26,7 @@ from typing import Any
 from pcompile.compat import CompatError, require_attr
 
 #: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
-CHECKED = {'torch': '2.11.0, 2.14.1'}
+CHECKED = {'torch': '2.11.0, 2.14.1, 2.15.0'}
 #: Attributes of objects Inductor hands over, which tools/private_surface.py cannot follow statically.
 PRIVATE = ("torch._inductor.runtime.triton_heuristics.CachingAutotuner.coordesc_tuner",
            "torch._inductor.runtime.triton_heuristics.CachingAutotuner.configs",
