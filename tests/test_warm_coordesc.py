@@ -110,3 +110,25 @@ def test_ring_configs_are_in_the_store_after_a_warm_and_missing_without_it(tmp_p
     assert res0["report"]["coordesc"]["configs"] == 0
     got0 = _check(tmp_path, bare, _tuned_sources(bare))
     assert sum(r["built"] for r in got0) == sum(r["ring"] for r in got0) > 0, got0
+
+
+def test_the_warm_waits_for_candidates_only_within_its_budget(tmp_path, monkeypatch):
+    """The stall watchdog counts only the warm child's CPU, not the pool's: the drain is bounded
+    and says how many kernels' candidates were still compiling."""
+    import time
+    from concurrent.futures import Future
+
+    from pcompile.inductor.kernel_router import KernelRouter
+
+    monkeypatch.setenv("PCOMPILE_CACHE_DIR", str(tmp_path / "pc"))
+    router = KernelRouter("local")
+    try:
+        done: Future = Future()
+        done.set_result([])
+        router._speculative = [Future(), done]  # one never finishes
+        t0 = time.monotonic()
+        assert router.drain_speculation(budget_s=0.3) == (0, 0, 1)
+        assert time.monotonic() - t0 < 5
+        assert router.drain_speculation(budget_s=0.3) == (0, 0, 0)  # drained: nothing left to wait for
+    finally:
+        router.shutdown()

@@ -137,23 +137,29 @@ class KernelRouter:
         with self._counts_lock:
             self._speculative.append(future)
 
-    def drain_speculation(self, timeout: float | None = None) -> tuple[int, int]:
-        """Wait for the queued candidate compiles (a warm calls this before it reports):
-        (kernels whose candidates were compiled, configs compiled)."""
+    def drain_speculation(self, budget_s: float | None = None) -> tuple[int, int, int]:
+        """Wait up to `budget_s` in all for the queued candidate compiles (a warm calls this before
+        it reports): (kernels whose candidates were compiled, configs compiled, jobs not done in time).
+        Bounded, because the warm's stall watchdog sees only the child's own CPU, not the pool's."""
         with self._counts_lock:
             pending, self._speculative = self._speculative, []
         from pcompile.inductor.triton_cache import publish_compiled_elsewhere
 
-        kernels = configs = 0
+        deadline = None if budget_s is None else time.monotonic() + budget_s
+        kernels = configs = late = 0
         for future in pending:
             try:
-                compiled = list(future.result(timeout=timeout) or ())
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                compiled = list(future.result(timeout=left) or ())
+            except TimeoutError:
+                late += 1
+                continue
             except Exception:
                 continue
             n = sum(bool(publish_compiled_elsewhere(key, name)) for key, name in compiled)
             kernels += n > 0
             configs += n
-        return kernels, configs
+        return kernels, configs, late
 
     def _resolve(self, job: Any, built: dict[str, Any]) -> tuple[tuple[Any, int], str]:
         try:

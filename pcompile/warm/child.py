@@ -322,11 +322,14 @@ def _drain_tuner_candidates() -> dict[str, int]:
     the warm is not done until their cubins are in the store."""
     from pcompile.inductor import pool_install
 
+    from pcompile.settings import WARM_STALL_SECONDS
+
     router = pool_install.router()
     if router is None:
-        return {"kernels": 0, "configs": 0}
-    kernels, configs = router.drain_speculation()
-    return {"kernels": kernels, "configs": configs}
+        return {"kernels": 0, "configs": 0, "late": 0}
+    stall = float(WARM_STALL_SECONDS.get()) or 300.0
+    kernels, configs, late = router.drain_speculation(budget_s=max(10.0, stall / 2))
+    return {"kernels": kernels, "configs": configs, "late": late}
 
 
 _STACKS: Any = None  # kept open for the life of the process: faulthandler writes into it

@@ -97,9 +97,11 @@ def report_lines(result: Any, check: bool = False) -> list[str]:
     elif r.get("max_autotune"):
         out.append("not warmed: coordinate-descent tuning's timings happen at the GPU job's first launches")
     cd = r.get("coordesc") or {}
-    if cd.get("configs"):
-        out.append(f"tuner candidates: compiled {cd['configs']} configs around {cd['kernels']} kernels the GPU job will "
-                   "coordinate-descent tune (its first rounds load them instead of compiling; PCOMPILE_WARM_COORDESC_STEPS)")
+    if cd.get("configs") or cd.get("late"):
+        late = f"; {cd['late']} kernels' candidates were still compiling when the warm ended" if cd.get("late") else ""
+        out.append(f"tuner candidates: compiled {cd.get('configs', 0)} configs around {cd.get('kernels', 0)} kernels the GPU job "
+                   f"will coordinate-descent tune (its first rounds load them instead of compiling; "
+                   f"PCOMPILE_WARM_COORDESC_STEPS){late}")
     for rk in r.get("ranks") or []:
         c = rk.get("counters") or {}
         fx = c.get("inductor", {})
