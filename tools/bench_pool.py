@@ -70,6 +70,7 @@ PCOMPILE = COMMON + """
 from pcompile.inductor import pool_install
 import torch._inductor.async_compile as ac
 assert pool_install.install_pool()
+ac.AsyncCompile.process_pool()  # what Inductor's first kernel does: builds the router
 router = pool_install.router()
 assert router.jobs.wait_connected(300)
 while not all(s["pid"] for s in router.jobs.status()["slots"]):

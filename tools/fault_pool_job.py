@@ -88,10 +88,10 @@ def main() -> int:
     from pcompile.inductor import pool_install
 
     assert pool_install.install_pool()
+    pool = ac.AsyncCompile.process_pool()  # what Inductor's first kernel does: builds the router
     router = pool_install.router()
     connected = router.jobs.wait_connected(120)
     before = router.jobs.daemon_pid if connected else None
-    pool = ac.AsyncCompile.process_pool()
     futures = [pool.submit(_worker_compile_triton, *_submit_args(k["name"], k["source"])) for k in kernels[:1]]
     if fault != "none":
         deadline = time.time() + 120
