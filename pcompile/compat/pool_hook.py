@@ -307,12 +307,10 @@ def run_triton_job(
 
 
 def run_configs_job(
-    kernel_name: str,
-    source: str,
+    load_kernel: Callable[[], Any],
     extra_env: dict[str, str | None] | None,
     extra_config: dict[str, Any],
     triton_env_wanted: dict[str, str] | None,
-    load_kernel: Callable[[], Any],
 ) -> list[tuple[str, str]]:
     """Worker side: compile the configs `load_kernel()` returns an autotuner for, with exactly the
     stock worker's environment and config (so each cubin's Triton key is the one the GPU job asks

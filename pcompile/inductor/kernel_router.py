@@ -127,10 +127,9 @@ class KernelRouter:
         steps = WARM_COORDESC_STEPS.get()
         if steps < 1 or self.kind != "node" or not store_gateway.cannot_time() or not coordesc_ring.wanted(job.source):
             return
-        env = job.extra_env
         future = self.jobs.submit_job(
             triton_jobs.run_coordesc_ring,
-            (job.kernel_name, job.source, env, job.extra_config, self.hook.triton_env(), steps),
+            (job.kernel_name, job.source, job.extra_env, job.extra_config, self.hook.triton_env(), steps),
             weight=-1.0, timeout=self.timeout, label=f"{job.kernel_name} (tuner candidates)",
             fallback=lambda: [],
         )

@@ -61,6 +61,6 @@ def run_coordesc_ring(
 
     try:
         with store_gateway.inside("kernel", untimed=True):
-            return pool_hook.run_configs_job(kernel_name, source, extra_env, extra_config, triton_env_wanted, load_ring)
+            return pool_hook.run_configs_job(load_ring, extra_env, extra_config, triton_env_wanted)
     except Exception:
         return []

@@ -321,13 +321,12 @@ def _drain_tuner_candidates() -> dict[str, int]:
     """Wait for the candidate configs queued for coordinate-descent-tuned kernels (kernel_router.py):
     the warm is not done until their cubins are in the store."""
     from pcompile.inductor import pool_install
-
-    from pcompile.settings import WARM_STALL_SECONDS
+    from pcompile.warm.watch import stall_seconds
 
     router = pool_install.router()
     if router is None:
         return {"kernels": 0, "configs": 0, "late": 0}
-    stall = float(WARM_STALL_SECONDS.get()) or 300.0
+    stall = stall_seconds() or 300.0  # 0: the watchdog is off
     kernels, configs, late = router.drain_speculation(budget_s=max(10.0, stall / 2))
     return {"kernels": kernels, "configs": configs, "late": late}
 
