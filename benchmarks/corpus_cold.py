@@ -52,6 +52,8 @@ def run_case(case: dict[str, Any], work: Path, a: argparse.Namespace, root: Path
             d = work / f"{label}-{i}"
             env = dict(base, **extra, PCOMPILE_CACHE_DIR=str(d / "pc"), TORCHINDUCTOR_CACHE_DIR=str(d / "ind"),
                        TRITON_CACHE_DIR=str(d / "ind" / "triton"))
+            if a.stacks:
+                env["PROBE_STACKS"] = str(d / "stacks.txt")
             d.mkdir(parents=True, exist_ok=True)
             out = d / "probe.json"
             rc, wall = cb._run(cb.job_cmd(case, ranks, out, a.steps, args, root), env, cwd, d / "log.txt", a.timeout)
@@ -93,6 +95,8 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--small", action="store_true", help="CI-size arguments (checks the harness, measures nothing)")
     ap.add_argument("--variant", action="append", default=[], help="LABEL:NAME=VALUE[,NAME=VALUE], an extra pcompile cold")
+    ap.add_argument("--stacks", action="store_true",
+                    help="sample each run's main-thread stack (DIR/CASE/RUN-i/stacks.txt; tools/stack_diff.py compares two)")
     ap.add_argument("--out", default="/tmp/corpus-cold")
     ap.add_argument("--cases-file", default=str(cb.CORPUS / "cases.json"))
     a = ap.parse_args()

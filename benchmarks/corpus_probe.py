@@ -35,6 +35,11 @@ def main() -> int:
     script, args = rest[0], rest[1:]
 
     t_start = time.perf_counter()
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from _stack_sampler import start_from_env
+
+    sys.path.pop(0)
+    sampler = start_from_env()
     import torch
 
     autoloaded = bool(os.environ.get("PCOMPILE") == "1" and os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
@@ -81,6 +86,8 @@ def main() -> int:
               "fx": [c.get("inductor", {}).get("fxgraph_cache_hit", 0), c.get("inductor", {}).get("fxgraph_cache_hit", 0) + c.get("inductor", {}).get("fxgraph_cache_miss", 0)],
               "aot": [c.get("aot_autograd", {}).get("autograd_cache_hit", 0), c.get("aot_autograd", {}).get("autograd_cache_hit", 0) + c.get("aot_autograd", {}).get("autograd_cache_miss", 0)]}
     result.update(_phases())
+    if sampler is not None:
+        sampler.write(os.environ["PROBE_STACKS"])
     with open(a.out, "w") as fh:
         json.dump(result, fh)
     print("probe:", json.dumps({k: result[k] for k in ("status", "first_step_s", "fx", "aot")}), flush=True)

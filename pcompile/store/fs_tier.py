@@ -26,6 +26,21 @@ FORMAT_LINE = "pcompile-store 1\n"
 SHARED_FETCH_WAIT = 30.0
 
 
+def holds_any(root: Path, layer: str) -> bool:
+    """Whether the directory store at `root` has at least one `layer` entry (cheap: stops at the
+    first manifest found; a missing or unreadable directory holds none)."""
+    try:
+        with os.scandir(Path(root) / "manifests" / layer) as shards:
+            for shard in shards:
+                if shard.is_dir(follow_symlinks=False):
+                    with os.scandir(shard.path) as entries:
+                        if any(e.name.endswith(".json") for e in entries):
+                            return True
+    except OSError:
+        return False
+    return False
+
+
 class DirectoryTier(Tier):
     def __init__(self, root: Path, kind: str = "local", create: bool = True) -> None:
         super().__init__()
