@@ -3,8 +3,8 @@
     python benchmarks/corpus_cold.py [--cases a,b] [--pairs 3] [--steps 3] [--variant LABEL:K=V[,K=V]] [--out DIR]
 
 Per case: the case's data setup once, then `--pairs` rounds of stock cold and pcompile cold (and each
-`--variant`: pcompile cold with those settings), every run in fresh cache dirs, alternating so both
-see the host's page cache alike. Each run is `corpus_probe.py`: first step from process start, torch's
+`--variant`: pcompile cold with those settings), every run in fresh cache dirs, the order reversed in
+every other round so both see the host alike. Each run is `corpus_probe.py`: first step from process start, torch's
 own phase timers (Dynamo, AOTAutograd, Inductor lowering, Triton compile waits) and CPU-seconds of the
 process and its reaped children. Prints a markdown row per case (medians of the pairs, the ratio of
 medians, start-up = first step minus torch's compile time) and writes DIR/cold.json with every run.
@@ -48,7 +48,9 @@ def run_case(case: dict[str, Any], work: Path, a: argparse.Namespace, root: Path
     kinds = [("stock", {"PCOMPILE_DISABLE": "1"}), ("pcompile", {"PCOMPILE": "1"})]
     kinds += [(label, dict(env, PCOMPILE="1")) for label, env in a.variants]
     for i in range(a.pairs):
-        for label, extra in kinds:
+        # Odd rounds run in reverse order (stock last), so neither side always finds the host
+        # as the other just left it (page cache, clocks, the other's exiting children).
+        for label, extra in (kinds if i % 2 == 0 else kinds[::-1]):
             d = work / f"{label}-{i}"
             env = dict(base, **extra, PCOMPILE_CACHE_DIR=str(d / "pc"), TORCHINDUCTOR_CACHE_DIR=str(d / "ind"),
                        TRITON_CACHE_DIR=str(d / "ind" / "triton"))
