@@ -56,3 +56,25 @@ def test_max_autotune_compiles_candidates_and_leaves_the_choice_to_the_gpu(tmp_p
     assert rep["counters"]["inductor"]["fxgraph_cache_miss"] == 2 and res["written"]["fxgraph"] == 1
     assert res["written"]["triton"] > 4, "the mm template candidates were not compiled"
     assert any("left for the GPU job to tune" in ln for ln in res["lines"])
+
+
+def test_max_autotune_never_runs_an_aten_choice_on_the_virtual_device(tmp_path):
+    """ATen choices without an out= variant (convolution, grouped mm, custom-op fallbacks) are
+    called once for real before their timing, outside the benchmarker; on the virtual device a
+    cuDNN convolution fails ("Runtime error during autotuning"), Inductor drops the choice, and
+    the warm's graph is not the one the GPU job would build. The warm fakes that timing too."""
+    script = tmp_path / "conv_train.py"
+    script.write_text(textwrap.dedent("""\
+        import torch, torch.nn as nn
+        m = nn.Sequential(nn.Conv2d(8, 16, 3, padding=1), nn.ReLU()).cuda()
+        f = torch.compile(m, mode="max-autotune-no-cudagraphs")
+        with torch.no_grad():
+            for i in range(2):
+                print("step", i, float(f(torch.randn(4, 8, 16, 16, device="cuda")).sum()))
+        """))
+    rc, res, log = warm(script, tmp_path / "cache", env=dict(STOCK, PCOMPILE_WARM_COORDESC_STEPS="0"))
+    assert rc == 0, log[-3000:]
+    assert "Runtime error during autotuning" not in log, log[-3000:]
+    rep = res["report"]
+    assert rep["counters"]["inductor"].get("select_algorithm_autotune", 0) >= 1
+    assert rep["gpu_timings_faked"].get("extern_without_out", 0) >= 1, rep["gpu_timings_faked"]

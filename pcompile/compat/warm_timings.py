@@ -16,13 +16,14 @@ import torch
 from pcompile.compat.warm_runtime import mark, marked, missing
 from pcompile.settings import WARM_PAD_MM
 
-CHECKED = {"torch": "2.11.0, 2.14.1, 2.15.0 (2.15: check() and tests/test_warm*.py)"}
+CHECKED = {"torch": "2.11.0, 2.14.1, 2.15.0 (2.15: check() and tests/test_warm*.py; ExternKernelCaller.benchmark read on 2.14.1 only)"}
 
 PRIVATE_SYMBOLS: list[tuple[str, str]] = [
     ("torch._inductor.fx_passes.pad_mm", "_should_pad"),
     ("torch._inductor.fx_passes.pad_mm", "get_do_bench"),
     ("torch._inductor.runtime.benchmarking", "Benchmarker"),
     ("torch._inductor.runtime.benchmarking", "benchmarker"),
+    ("torch._inductor.select_algorithm.ExternKernelCaller", "benchmark"),
     ("torch._inductor.codecache.PersistentCache", "update_local_cache"),
     ("torch._inductor.codecache.FxGraphCache", "_save_graph"),
     ("torch._functorch._aot_autograd.autograd_cache.AOTAutogradCache", "save"),
@@ -33,7 +34,15 @@ PRIVATE_SYMBOLS: list[tuple[str, str]] = [
 
 def check() -> list[str]:
     """Names of the private symbols this module needs that this torch lacks (empty when all is well)."""
-    return missing(PRIVATE_SYMBOLS)
+    gone = missing(PRIVATE_SYMBOLS)
+    if not gone:
+        import inspect
+
+        from torch._inductor.select_algorithm import ExternKernelCaller
+
+        if "has_out_variant" not in inspect.signature(ExternKernelCaller.__init__).parameters:
+            gone.append("torch._inductor.select_algorithm.ExternKernelCaller(has_out_variant=)")
+    return gone
 
 
 class _NoGpuTiming(Exception):
@@ -136,6 +145,19 @@ def fake_gpu_timings(on_fake: Callable[[str], None]) -> None:
     for mod in (select_algorithm, autotune_process):
         if hasattr(mod, "do_bench_using_profiling"):
             mod.do_bench_using_profiling = faked("do_bench_using_profiling", mod.do_bench_using_profiling, lambda *a, **k: True)
+
+    # An ATen choice without an out= variant (convolution, grouped mm, a custom op's fallback) is
+    # called once for real before it is timed, outside the benchmarker: on the virtual device that
+    # is a native launch inside the compile, and a cuDNN convolution fails (no cuDNN handle on a
+    # compile-only device), so Inductor logs "Runtime error during autotuning" and drops the ATen
+    # choice as infinitely slow. Its timing is faked like every other candidate's, without the call.
+    def extern_without_out(self: Any, *args: Any, out: Any = None, **kw: Any) -> bool:
+        tensors = [t for t in (*args, out) if isinstance(t, torch.Tensor)]
+        return (not getattr(self, "has_out_variant", True) and (out is None or out.numel() > 0)
+                and any(t.device.type != "cpu" for t in tensors))
+
+    caller = select_algorithm.ExternKernelCaller
+    caller.benchmark = faked("extern_without_out", caller.__dict__["benchmark"], extern_without_out)
 
     # max-autotune keeps its timings in a persistent local cache (PersistentCache: inductor/cache/<hash>
     # in the cache dir). Timings faked here must not land there: the next warm would read them back,

@@ -83,7 +83,7 @@ def report_lines(result: Any, check: bool = False) -> list[str]:
             out.append(f"not warmed: autotune winners of {len(unsel) - n_pred} kernels with several configs "
                        f"(all configs compiled; the GPU job benchmarks once, then caches{why})")
     if r.get("cudagraphs_skipped"):
-        out.append(f"not warmed: CUDA graph capture of {r['cudagraphs_skipped']} graphs (reduce-overhead) happens on the GPU's first runs; the graphs themselves are warmed")
+        out.append(f"not warmed: CUDA graph capture of {r['cudagraphs_skipped']} graphs (reduce-overhead, max-autotune: triton.cudagraphs) happens on the GPU's first runs; the graphs themselves are warmed")
     if r.get("pad_mm_guessed"):
         choice = r.get("pad_mm_prediction", "pad")
         out.append(f"predicted: {r['pad_mm_guessed']} pad_mm decisions need GPU timing; took \"{choice}\" (same results; "
