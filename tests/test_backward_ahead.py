@@ -252,7 +252,11 @@ def test_a_worker_still_starting_never_makes_the_step_wait(tmp_path: Path) -> No
     assert _outcomes(events) == ["cancelled", "cancelled"], (_kind(events, "backward_ahead"), err[-3000:])
     waited = [e["waited_for_claim_s"] for e in _kind(events, "backward_ahead")]
     assert max(waited) < 1.0, waited
-    assert result["step_s"] < backward_ahead.CLAIM_TIMEOUT_S / 2, result["step_s"]
+    # Nor through the key: no lease wait on the stopped worker's keys (the step's wall time is no
+    # measure here: on a loaded 2-core host the two compiles alone took 41 s).
+    mine = [e for e in _kind(events, "lease_wait") if e.get("pid") == result["pid"]]
+    assert sum(e.get("dur", 0.0) for e in mine) < 1.0, mine
+    assert result["step_s"] < backward_ahead.CLAIM_TIMEOUT_S + 60, result["step_s"]  # never a full claim timeout on top
 
 
 def test_an_eval_pass_first_keeps_the_worker_for_the_training_graph(tmp_path: Path) -> None:
