@@ -89,3 +89,56 @@ def test_branches_on_host_data_take_the_gpu_path_and_warm_the_compiled_loss(tmp_
     c = res2["report"]["counters"]
     assert rc == 0 and c["inductor"].get("fxgraph_cache_miss", 0) == 0 and c["aot_autograd"].get("autograd_cache_miss", 0) == 0, log[-3000:]
     assert res2["written"] == {"fxgraph": 0, "aotautograd": 0, "triton": 0}
+
+
+PERM_SCRIPT = textwrap.dedent("""\
+    import torch
+    import torch.nn as nn
+
+    N, B = 64, 16
+    labels = torch.arange(N).remainder(10).cuda()
+    keep = torch.tensor([True] * N).cuda()  # which examples this run trains on (all of them)
+    model = torch.compile(nn.Linear(8, 10).cuda())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def batches():
+        # an on-device loader: shuffle, keep the subset, fill batches until one is full
+        batch, pointer, order, epochs = torch.empty(0, dtype=torch.long, device="cuda"), N, None, 0
+        while True:
+            if pointer >= N:
+                epochs += 1
+                if epochs > 20:
+                    raise SystemExit("no batch filled in 20 epochs")
+                perm = torch.randperm(N, device="cuda")
+                order, pointer = perm[keep[perm]], 0
+            batch = torch.cat([batch, order[pointer:pointer + B - len(batch)]])
+            pointer += B
+            if len(batch) == B:
+                yield batch
+                batch = torch.empty(0, dtype=torch.long, device="cuda")
+
+    for step, idx in enumerate(batches()):
+        print(f"batch {len(idx)} label sum {int(labels[idx].sum())} of {int(labels.sum())} kept {int(keep[idx].sum())}")
+        loss = nn.functional.cross_entropy(model(torch.randn(B, 8, device="cuda")), labels[idx])
+        loss.backward(); opt.step(); opt.zero_grad()
+    """)
+
+
+def test_a_random_permutation_is_one_so_on_device_loaders_fill_their_batches(tmp_path):
+    """randperm on the virtual device reads as the identity permutation: host data indexed by it
+    keeps its values and a selection through it is not empty (zeros: the loader above never
+    filled a batch and spun until the timeout)."""
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "train.py").write_text(PERM_SCRIPT)
+    cmd = [sys.executable, "-m", "pcompile.cli.main", "warm", str(job / "train.py"), "--target", "h100",
+           "--cache-dir", str(tmp_path / "cache"), "--json", "--steps", "2"]
+    env = dict(os.environ, PCOMPILE_PROGRESS="0", PCOMPILE_DISABLE="1")
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=str(job))
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"the loader never filled a batch: {str(e.stdout)[-2000:]}")
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log[-3000:]
+    # the first 16 of the identity permutation: labels 0..9, 0..5 (sum 60)
+    assert "batch 16 label sum 60 of 276 kept 16" in log, log[-3000:]

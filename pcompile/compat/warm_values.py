@@ -11,11 +11,19 @@ fake return them (warm/reads.py), and a data-dependent branch takes the path it 
 
 What stays a placeholder (read as zeros and listed by line in the summary): anything computed
 from parameters or other values the warm does not have (model outputs, compiled-graph outputs),
-random ops (their CPU twin would consume the script's CPU RNG stream), uninitialised memory
-(`empty*`), and tensors above SIZE_LIMIT elements (no cost for big tensors: only a dictionary
-lookup per input). A write into a shadowed tensor from a placeholder drops its shadow, and so
+random ops (their CPU twin would consume the script's CPU RNG stream; `randperm` is the
+exception, below), uninitialised memory (`empty*`, except with no elements: an empty tensor has
+no values to lose), and tensors above SIZE_LIMIT elements (no cost for big tensors: only a
+dictionary lookup per input). A write into a shadowed tensor from a placeholder drops its shadow, and so
 does an in-place update inside compiled code (the graph's mutated inputs, dropped at each call).
 Not covered: such a write through another view of the same storage leaves that view's shadow.
+
+A random permutation (`torch.randperm(n, device="cuda")`, the shuffle of on-device loaders)
+gets the identity permutation as its value: zeros are no permutation, so host data indexed by
+one (`labels[perm]`, `keep_mask[perm]`) would turn into placeholders, selections through it
+(`perm[keep_mask[perm]]`) would come out empty, and a loader that fills batches from them would
+loop forever. The identity is a draw the GPU could make, its structure (every index once) is what
+such code relies on, and no RNG is consumed for it.
 
 Shadows live in a side table keyed by the fake's id with a weak reference (no attribute on the
 tensor: Dynamo and torch.utils.swap_tensors see the tensor exactly as before); a module move's
@@ -190,6 +198,15 @@ def after(func: Any, args: Any, kwargs: Any, out: Any) -> None:
     outs = tree_flatten(out)[0]
     if any(isinstance(o, torch.Tensor) and o.numel() > SIZE_LIMIT for o in outs):
         return  # too big for a shadow; what it wrote is among its outputs, so had none either
+    if outs and all(_is_fake(o) and o.numel() == 0 for o in outs):
+        for f in outs:  # nothing to know: `torch.empty(0, device="cuda")`, a batch that torch.cat fills
+            SHADOWS.set(f, torch.empty_strided(tuple(f.shape), f.stride(), dtype=f.dtype))
+        return
+    if getattr(getattr(func, "overloadpacket", None), "__name__", "") == "randperm":
+        for f in outs:  # the identity permutation (see the module docstring)
+            if _is_fake(f) and f.dim() == 1:
+                SHADOWS.set(f, torch.arange(f.numel(), dtype=f.dtype))
+        return
     ok, cpu = run_on_shadows(func, args, kwargs)
     if not ok:
         for t in written_tensors(func, args, kwargs):
