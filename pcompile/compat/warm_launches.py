@@ -30,6 +30,8 @@ PRIVATE_SYMBOLS: list[tuple[str, str]] = [
     ("torch._inductor.cudagraph_trees", "cudagraphify_impl"),
     ("torch._inductor.compile_fx", "cudagraphify_impl"),
     ("torch.utils._python_dispatch", "TorchDispatchMode"),
+    ("torch._subclasses.fake_tensor", "FakeTensor"),
+    ("torch._subclasses.fake_tensor", "unset_fake_temporarily"),
 ]
 
 
@@ -41,11 +43,25 @@ def check() -> list[str]:
 def alias_without_base(t: torch.Tensor, size: Any, stride: Any, offset: int) -> torch.Tensor:
     """A tensor on `t`'s storage that is not an autograd view of `t`, as the C++ helper makes.
 
-    Why: `torch.as_strided` would set `_base`; Dynamo then traces the next frame's input through
-    `x._base` and names its symbols after the base, so the warm's graph keys differ from the GPU
-    job's (a padded logits slice fed to the loss: `s1` in the warm, `s21` on the GPU).
+    Why not a view: `torch.as_strided` would set `_base`; Dynamo then traces the next frame's input
+    through `x._base` and names its symbols after the base, so the warm's graph keys differ from the
+    GPU job's (a padded logits slice fed to the loss: `s1` in the warm, `s21` on the GPU).
+
+    Why built directly, as the C++ helper builds it (a meta tensor set onto the fake's storage, then
+    wrapped): a compiled graph's wrapper reinterprets a buffer for almost every extern kernel and
+    view, and through the fake mode (`new_empty` + `set_`, two full dispatches) each cost ~30x
+    this, so a compiled call took more host time than the eager ops it replaces. Scripts that time
+    compiled against eager with CUDA events (the host's clock here) then took another branch than
+    on the GPU (the torch.compile tutorial asserts the speedup and stopped before its training).
     """
-    return t.new_empty((0,)).set_(t.untyped_storage(), offset, size, stride)
+    from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
+
+    mode = getattr(t, "fake_mode", None)
+    if mode is not None and all(type(v) is int for v in (*size, *stride, offset)):
+        with unset_fake_temporarily():
+            elem = torch.empty((0,), dtype=t.dtype, device="meta").set_(t.untyped_storage(), offset, size, stride)
+        return FakeTensor(mode, elem, t.device)
+    return t.new_empty((0,)).set_(t.untyped_storage(), offset, size, stride)  # symbolic sizes: via the mode
 
 
 def route_wrapper_allocations() -> None:
