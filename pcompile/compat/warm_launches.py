@@ -54,14 +54,24 @@ def alias_without_base(t: torch.Tensor, size: Any, stride: Any, offset: int) -> 
     compiled against eager with CUDA events (the host's clock here) then took another branch than
     on the GPU (the torch.compile tutorial asserts the speedup and stopped before its training).
     """
+    fast = fake_on_meta(getattr(t, "fake_mode", None), t.device, (*size, offset), stride, lambda: torch.empty(
+        (0,), dtype=t.dtype, device="meta").set_(t.untyped_storage(), offset, size, stride))
+    if fast is not None:
+        return fast
+    return t.new_empty((0,)).set_(t.untyped_storage(), offset, size, stride)
+
+
+def fake_on_meta(mode: Any, device: Any, size: Any, stride: Any, meta: Callable[[], torch.Tensor]) -> Any:
+    """A fake of `mode` on `device` around the meta tensor `meta()` builds outside every mode: what
+    the mode's own dispatch would return for a fresh buffer or alias, without the dispatch. None
+    where that is not safe to do directly (no fake mode, symbolic sizes): go through the mode."""
     from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 
-    mode = getattr(t, "fake_mode", None)
-    if mode is not None and all(type(v) is int for v in (*size, *stride, offset)):
-        with unset_fake_temporarily():
-            elem = torch.empty((0,), dtype=t.dtype, device="meta").set_(t.untyped_storage(), offset, size, stride)
-        return FakeTensor(mode, elem, t.device)
-    return t.new_empty((0,)).set_(t.untyped_storage(), offset, size, stride)  # symbolic sizes: via the mode
+    if mode is None or not all(type(v) is int for v in (*size, *stride)):
+        return None
+    with unset_fake_temporarily():
+        elem = meta()
+    return FakeTensor(mode, elem, device)
 
 
 def route_wrapper_allocations() -> None:
@@ -74,9 +84,15 @@ def route_wrapper_allocations() -> None:
 
     def empty_like_device(device: str, original: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
         def empty_strided(size: Any, stride: Any, dtype: torch.dtype, *rest: Any) -> torch.Tensor:
-            if active_fake_mode() is not None:
-                return torch.empty_strided(size, stride, dtype=dtype, device=device)
-            return original(size, stride, dtype, *rest)
+            mode = active_fake_mode()
+            if mode is None:
+                return original(size, stride, dtype, *rest)
+            if device == "cuda":  # built directly, as alias_without_base says why
+                fast = fake_on_meta(mode, device, size, stride, lambda: torch.empty_strided(
+                    size, stride, dtype=dtype, device="meta"))
+                if fast is not None:
+                    return fast
+            return torch.empty_strided(size, stride, dtype=dtype, device=device)  # CPU: a real buffer
 
         return empty_strided
 
