@@ -300,6 +300,7 @@ class BackwardAhead:
         self._first_scope_seen = False
         self._first_autograd_seen = False
         self._let_go = False
+        self._shipped_any = False
 
     @property
     def started(self) -> Worker | None:
@@ -390,6 +391,13 @@ class BackwardAhead:
         if part.why_not is not None:
             log.info("pcompile: backward not compiled ahead: %s", part.why_not)
             emit("backward_ahead", now(), 0.0, outcome="skipped", reason=part.why_not)
+            if not self._shipped_any:
+                # The job's first training graph cannot be shipped (dynamic shapes, activation
+                # checkpointing's RNG state, tensor subclasses, ...): its other graphs are most
+                # likely the same kind, and an idle worker would hold its CUDA context (~0.6 GB)
+                # and its imports' CPU beside the job for two minutes. A later shippable
+                # backward starts one again.
+                self._let_unused_worker_go(f"the first backward cannot be shipped ({part.why_not})")
             return
         from pcompile.compat import backward_graph
 
@@ -401,6 +409,7 @@ class BackwardAhead:
             log.info("pcompile: backward not compiled ahead: cannot serialise it (%s: %s)", type(exc).__name__, exc)
             emit("backward_ahead", t0, now() - t0, outcome="skipped", reason=f"{type(exc).__name__}")
             return
+        self._shipped_any = True
         job = self._pending[id(part.bw_module)] = self.worker().submit(data, guessed)
         job.labels = part.predicted.labels
         emit("backward_ship", t0, now() - t0, bytes=len(data), restrided=part.predicted.restrided)
