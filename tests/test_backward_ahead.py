@@ -149,7 +149,7 @@ step_s = time.monotonic() - t0
 for pid in stopped:
     os.kill(pid, signal.SIGCONT)
 worker_gone_s = None
-if mode in ("hot", "infer"):  # how long the worker started at torch.compile outlives the step (no use for it)
+if mode in ("hot", "infer", "dynamic"):  # how long the worker started at torch.compile outlives the step (no use for it)
     t1 = time.monotonic()
     while time.monotonic() - t1 < 90:
         w = current_worker()
@@ -394,3 +394,41 @@ def test_dynamic_shapes_are_not_shipped(tmp_path: Path) -> None:
     assert ahead and all(e["outcome"] == "skipped" for e in ahead), ahead
     assert all("symints saved for backward" in e.get("reason", "") for e in ahead), ahead
     assert result["inductor"].get("fxgraph_cache_hit", 0) == 0, result["inductor"]
+    # Nothing to ship in the first training graph: the worker goes at once instead of idling for
+    # two minutes with a CUDA context and its imports beside the job.
+    assert result["worker_gone_s"] is not None and result["worker_gone_s"] < 30, (result, err[-2000:])
+
+
+
+RANK_SCRIPT = r"""
+import json, os, sys, time
+import torch
+from pcompile.inductor import features
+compiled = torch.compile(torch.nn.Linear(8, 8), backend="pcompile")
+ahead = features.kept("backward_ahead")
+w = ahead.started if ahead is not None else None
+print(os.environ["RESULT_MARK"] + json.dumps({"started": bool(w is not None and w.alive)}), flush=True)
+if sys.argv[1] == "hold":
+    time.sleep(60)
+"""
+
+
+def test_one_early_worker_per_node(tmp_path: Path) -> None:
+    """Ranks started at once on an empty cache: the first takes the node's early start, the others
+    leave theirs to their first AOTAutograd miss (most only wait for the first rank's entries)."""
+    script = t.write_script(tmp_path / "app", "rank.py", RANK_SCRIPT)
+    env = t.clean_env(PCOMPILE_CACHE_DIR=str(tmp_path / "cache"), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "ind"),
+                      PCOMPILE_BACKWARD_AHEAD="1", RESULT_MARK=t.RESULT_MARK)
+    first = t.start(script, "hold", env, args=[])
+    try:
+        line = first.stdout.readline() if first.stdout else ""
+        while line and t.RESULT_MARK not in line:
+            line = first.stdout.readline() if first.stdout else ""
+        assert t.parse_result(line) == {"started": True}, line  # the node's claim is held from here on
+        second, err = t.run(script, "once", env, args=[])
+        assert second == {"started": False}, (second, err[-2000:])
+    finally:
+        first.kill()
+        first.communicate(timeout=30)
+    third, err = t.run(script, "once", env, args=[])  # the first process is gone: its claim went with it
+    assert third == {"started": True}, (third, err[-2000:])

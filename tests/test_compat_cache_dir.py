@@ -21,3 +21,17 @@ def test_dynamo_import_fills_in_the_default_we_compute() -> None:
     filled = out.stdout.strip().splitlines()[-1]
     assert filled != "None", "Dynamo no longer sets TORCHINDUCTOR_CACHE_DIR at import; env.py can be simplified"
     assert os.path.abspath(filled) == compat.torch_default_dir()
+
+
+def test_the_default_is_computed_without_importing_inductor() -> None:
+    """The autoload asks at the end of `import torch`: importing Inductor's package there cost every
+    torch-importing process 1.6-4 s, compiling or not."""
+    code = ("import os, sys, torch; from pcompile.compat import cache_dir; d = cache_dir.torch_default_dir(); "
+            "print(d, 'torch._inductor' in sys.modules); import torch._inductor.runtime.cache_dir_utils as u; "
+            "print(os.path.abspath(u.default_cache_dir()))")
+    out = subprocess.run([sys.executable, "-c", code], env=t.clean_env(), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    first, second = out.stdout.strip().splitlines()[-2:]
+    computed, inductor_imported = first.rsplit(" ", 1)
+    assert inductor_imported == "False", out.stdout
+    assert computed == second, out.stdout  # the same answer as torch's own import of the module

@@ -30,7 +30,12 @@ PRIVATE_SYMBOLS: list[tuple[str, str]] = [
     ("torch._inductor.cudagraph_trees", "cudagraphify_impl"),
     ("torch._inductor.compile_fx", "cudagraphify_impl"),
     ("torch.utils._python_dispatch", "TorchDispatchMode"),
+    ("torch._subclasses.fake_tensor", "FakeTensor"),
+    ("torch._subclasses.fake_tensor", "unset_fake_temporarily"),
 ]
+
+#: Inductor's GPU_ALIGN_BYTES: the alignment its kernels assume of their inputs
+GPU_ALIGN_BYTES = 16
 
 
 def check() -> list[str]:
@@ -41,11 +46,35 @@ def check() -> list[str]:
 def alias_without_base(t: torch.Tensor, size: Any, stride: Any, offset: int) -> torch.Tensor:
     """A tensor on `t`'s storage that is not an autograd view of `t`, as the C++ helper makes.
 
-    Why: `torch.as_strided` would set `_base`; Dynamo then traces the next frame's input through
-    `x._base` and names its symbols after the base, so the warm's graph keys differ from the GPU
-    job's (a padded logits slice fed to the loss: `s1` in the warm, `s21` on the GPU).
+    Why not a view: `torch.as_strided` would set `_base`; Dynamo then traces the next frame's input
+    through `x._base` and names its symbols after the base, so the warm's graph keys differ from the
+    GPU job's (a padded logits slice fed to the loss: `s1` in the warm, `s21` on the GPU).
+
+    Why built directly, as the C++ helper builds it (a meta tensor set onto the fake's storage, then
+    wrapped): a compiled graph's wrapper reinterprets a buffer for almost every extern kernel and
+    view, and through the fake mode (`new_empty` + `set_`, two full dispatches) each cost ~30x
+    this, so a compiled call took more host time than the eager ops it replaces. Scripts that time
+    compiled against eager with CUDA events (the host's clock here) then took another branch than
+    on the GPU (the torch.compile tutorial asserts the speedup and stopped before its training).
     """
+    fast = fake_on_meta(getattr(t, "fake_mode", None), t.device, (*size, offset), stride, lambda: torch.empty(
+        (0,), dtype=t.dtype, device="meta").set_(t.untyped_storage(), offset, size, stride))
+    if fast is not None:
+        return fast
     return t.new_empty((0,)).set_(t.untyped_storage(), offset, size, stride)
+
+
+def fake_on_meta(mode: Any, device: Any, size: Any, stride: Any, meta: Callable[[], torch.Tensor]) -> Any:
+    """A fake of `mode` on `device` around the meta tensor `meta()` builds outside every mode: what
+    the mode's own dispatch would return for a fresh buffer or alias, without the dispatch. None
+    where that is not safe to do directly (no fake mode, symbolic sizes): go through the mode."""
+    from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
+
+    if mode is None or not all(type(v) is int for v in (*size, *stride)):
+        return None
+    with unset_fake_temporarily():
+        elem = meta()
+    return FakeTensor(mode, elem, device)
 
 
 def route_wrapper_allocations() -> None:
@@ -58,9 +87,15 @@ def route_wrapper_allocations() -> None:
 
     def empty_like_device(device: str, original: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
         def empty_strided(size: Any, stride: Any, dtype: torch.dtype, *rest: Any) -> torch.Tensor:
-            if active_fake_mode() is not None:
-                return torch.empty_strided(size, stride, dtype=dtype, device=device)
-            return original(size, stride, dtype, *rest)
+            mode = active_fake_mode()
+            if mode is None:
+                return original(size, stride, dtype, *rest)
+            if device == "cuda":  # built directly, as alias_without_base says why
+                fast = fake_on_meta(mode, device, size, stride, lambda: torch.empty_strided(
+                    size, stride, dtype=dtype, device="meta"))
+                if fast is not None:
+                    return fast
+            return torch.empty_strided(size, stride, dtype=dtype, device=device)  # CPU: a real buffer
 
         return empty_strided
 
@@ -85,6 +120,18 @@ def route_wrapper_allocations() -> None:
         return original_alignment(t, *args)
 
     g.assert_alignment = assert_alignment
+    if hasattr(g, "copy_if_misaligned"):  # newer wrappers realign inputs in C++, which reads the pointer
+        original_copy = g.copy_if_misaligned
+
+        def copy_if_misaligned(t: torch.Tensor, *args: Any) -> torch.Tensor:
+            # A fake's storage starts aligned (warm_storage), so its offset decides, as in Inductor's
+            # own check; the C++ read printed "Accessing the data pointer of FakeTensor ... almost
+            # definitely a bug in your code" on the user's terminal at every warm's first call.
+            if is_fake(t) and t.storage_offset() * t.element_size() % GPU_ALIGN_BYTES == 0:
+                return t
+            return original_copy(t, *args)  # misaligned: the stock copy, on the fake mode
+
+        g.copy_if_misaligned = copy_if_misaligned
     g._pcompile_routed = True
 
 

@@ -300,6 +300,8 @@ class BackwardAhead:
         self._first_scope_seen = False
         self._first_autograd_seen = False
         self._let_go = False
+        self._shipped_any = False
+        self._node_claim: int | None = None
 
     @property
     def started(self) -> Worker | None:
@@ -335,7 +337,39 @@ class BackwardAhead:
         if _cache_holds_autograd_entries():
             log.info("pcompile: the cache holds AOTAutograd entries; the backward worker starts at the first miss")
             return
+        if not self._claim_node():
+            log.info("pcompile: another process on this node started a backward worker early; this one starts "
+                     "at its first AOTAutograd miss")
+            return
         self.worker().start()
+
+    def _claim_node(self) -> bool:
+        """One early start per node and cache dir. N ranks started at once on an empty cache each
+        started a worker at torch.compile (8 GPT-2 ranks on the H200: ~12 CPU-s of imports each,
+        beside the ranks' tracing), yet most of them only wait for another rank's entries. The first
+        process takes an exclusive flock (the kernel drops it when the process ends); the others
+        start theirs at their own first AOTAutograd miss, if they get one."""
+        if self._node_claim is not None:
+            return True
+        try:
+            import fcntl
+        except ImportError:  # no flock here: every process starts its own, as before
+            return True
+        from pcompile.config import Settings
+
+        try:
+            directory = Settings.from_env().cache_dir
+            directory.mkdir(parents=True, exist_ok=True)
+            fd = os.open(directory / "backward-worker.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except Exception:  # no usable cache dir here: the store will say so; start as before
+            return True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        self._node_claim = fd  # held for this process's life
+        return True
 
     def scope_ended(self, outcome: str | None) -> None:
         """A backend call ended. If it was this process's first and it compiled nothing (a hot job),
@@ -390,6 +424,13 @@ class BackwardAhead:
         if part.why_not is not None:
             log.info("pcompile: backward not compiled ahead: %s", part.why_not)
             emit("backward_ahead", now(), 0.0, outcome="skipped", reason=part.why_not)
+            if not self._shipped_any:
+                # The job's first training graph cannot be shipped (dynamic shapes, activation
+                # checkpointing's RNG state, tensor subclasses, ...): its other graphs are most
+                # likely the same kind, and an idle worker would hold its CUDA context (~0.6 GB)
+                # and its imports' CPU beside the job for two minutes. A later shippable
+                # backward starts one again.
+                self._let_unused_worker_go(f"the first backward cannot be shipped ({part.why_not})")
             return
         from pcompile.compat import backward_graph
 
@@ -401,6 +442,7 @@ class BackwardAhead:
             log.info("pcompile: backward not compiled ahead: cannot serialise it (%s: %s)", type(exc).__name__, exc)
             emit("backward_ahead", t0, now() - t0, outcome="skipped", reason=f"{type(exc).__name__}")
             return
+        self._shipped_any = True
         job = self._pending[id(part.bw_module)] = self.worker().submit(data, guessed)
         job.labels = part.predicted.labels
         emit("backward_ship", t0, now() - t0, bytes=len(data), restrided=part.predicted.restrided)
