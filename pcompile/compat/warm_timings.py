@@ -16,7 +16,7 @@ import torch
 from pcompile.compat.warm_runtime import mark, marked, missing
 from pcompile.settings import WARM_PAD_MM
 
-CHECKED = {"torch": "2.11.0, 2.14.1, 2.15.0 (2.15: check() and tests/test_warm*.py; ExternKernelCaller.benchmark read on 2.14.1 only)"}
+CHECKED = {"torch": "2.11.0, 2.14.1, 2.15.0 (2.15: check() and tests/test_warm*.py; ExternKernelCaller.benchmark read on 2.14.1, its test run on 2.11.0 and 2.15.0)"}
 
 PRIVATE_SYMBOLS: list[tuple[str, str]] = [
     ("torch._inductor.fx_passes.pad_mm", "_should_pad"),
