@@ -301,7 +301,7 @@ class BackwardAhead:
         self._first_autograd_seen = False
         self._let_go = False
         self._shipped_any = False
-        self._node_claim: int | None = None
+        self._node_claim: int | bool | None = None  # early_start.claim_node()'s answer, asked once
 
     @property
     def started(self) -> Worker | None:
@@ -325,51 +325,24 @@ class BackwardAhead:
         return is_raised(self._tls, "allowed") and self.wanted()
 
     def start_early(self) -> None:
-        """The process has committed to pcompile (the registry calls this at torch.compile). On a
-        cache with no AOTAutograd entry yet, a first job that will compile everything, the worker
-        starts now so that its imports overlap Dynamo's tracing. On a cache that holds some (a
-        restart, a job after a warm, a new rank beside finished ones) it is left to the first
-        AOTAutograd lookup: a miss starts it (`on_lookup`), a hit never does. Started here, a hot
-        job's worker was 5-7 CPU-s of imports beside the first step for nothing (H200, ResNet-50
-        after a warm: 1.23x stock hot in one pair)."""
+        """The process has committed to pcompile (the registry calls this at torch.compile): start the
+        worker now, so that its imports overlap Dynamo's tracing, unless early_start.py says this
+        process need not (a cache with AOTAutograd entries, another process's early worker on this
+        node). Then the first AOTAutograd miss starts it (`on_lookup`); an all-hit job never does."""
         if not self.wanted():
             return
-        if _cache_holds_autograd_entries():
+        from pcompile.inductor import early_start
+
+        if early_start.cache_holds_autograd_entries():
             log.info("pcompile: the cache holds AOTAutograd entries; the backward worker starts at the first miss")
             return
-        if not self._claim_node():
+        if self._node_claim is None:
+            self._node_claim = early_start.claim_node()
+        if self._node_claim is False:
             log.info("pcompile: another process on this node started a backward worker early; this one starts "
                      "at its first AOTAutograd miss")
             return
         self.worker().start()
-
-    def _claim_node(self) -> bool:
-        """One early start per node and cache dir. N ranks started at once on an empty cache each
-        started a worker at torch.compile (8 GPT-2 ranks on the H200: ~12 CPU-s of imports each,
-        beside the ranks' tracing), yet most of them only wait for another rank's entries. The first
-        process takes an exclusive flock (the kernel drops it when the process ends); the others
-        start theirs at their own first AOTAutograd miss, if they get one."""
-        if self._node_claim is not None:
-            return True
-        try:
-            import fcntl
-        except ImportError:  # no flock here: every process starts its own, as before
-            return True
-        from pcompile.config import Settings
-
-        try:
-            directory = Settings.from_env().cache_dir
-            directory.mkdir(parents=True, exist_ok=True)
-            fd = os.open(directory / "backward-worker.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        except Exception:  # no usable cache dir here: the store will say so; start as before
-            return True
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            return False
-        self._node_claim = fd  # held for this process's life
-        return True
 
     def scope_ended(self, outcome: str | None) -> None:
         """A backend call ended. If it was this process's first and it compiled nothing (a hot job),
@@ -479,19 +452,6 @@ class BackwardAhead:
         emit("backward_ahead", t0, now() - t0, outcome=outcome, waited_for_claim_s=round(waited, 3),
              differs=len(differs), first_difference=differs[0] if differs else "", differences=differs[:12])
         log.info("pcompile: backward compiled ahead: %s (job %s)", outcome, state)
-
-
-def _cache_holds_autograd_entries() -> bool:
-    """Whether the node-local or shared store has any AOTAutograd entry (one directory listing)."""
-    from pcompile.config import Settings
-    from pcompile.store.fs_tier import holds_any
-
-    try:
-        settings = Settings.from_env()
-    except Exception:
-        return False
-    roots = [settings.cache_dir / "store"] + ([settings.shared_dir / "store"] if settings.shared_dir else [])
-    return any(holds_any(root, "autograd") for root in roots)
 
 
 def _wait_for_claim(w: Worker, job: Job) -> str:
