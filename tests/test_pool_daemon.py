@@ -218,6 +218,20 @@ def test_daemon_exits_when_idle_and_restarts_on_demand(pool_env: Path, pools) ->
     assert pool.daemon_pid not in (None, first)
 
 
+def test_a_holding_connection_keeps_an_idle_daemon_up_until_it_closes(pool_env: Path) -> None:
+    """A warm's runner holds the daemon for its sandboxed child, which can connect but never start
+    one: with the hold the idle exit waits; once the runner lets go, it comes."""
+    from pcompile.pool import protocol
+    from pcompile.pool.launcher import connect_or_start
+
+    sock, hello = connect_or_start(pool_env, DaemonOptions(workers=1, idle_exit=1.0))
+    protocol.send(sock, {"op": "hold"})
+    time.sleep(4.0)  # four idle-exit periods
+    assert pid_alive(hello["pid"]), "the daemon exited while a runner held it"
+    sock.close()
+    wait_until(lambda: not pid_alive(hello["pid"]), timeout=30)
+
+
 def test_stale_socket_is_replaced(pool_env: Path, pools) -> None:
     paths = PoolPaths.for_cache_dir(pool_env)
     paths.ensure()

@@ -162,6 +162,29 @@ def test_gc_removes_warm_runs(warmed, tmp_path):
     assert json.loads(out.stdout)["warm-runs"]["runs_removed"] == 2 and not any(runs.iterdir())
 
 
+LATE_COMPILE = """
+import time, torch
+time.sleep(4)  # past the daemon's idle exit: only the runner's hold keeps it up
+f = torch.compile(lambda x: x * 2 + 1)
+print("OUT", f(torch.ones(8, device="cuda")).sum().item())
+"""
+
+
+def test_the_child_compiles_on_the_daemon_the_runner_holds(tmp_path):
+    """The sandboxed child cannot start a daemon, so the runner starts one outside and holds it for
+    the warm's length: a child that compiles after the daemon's idle exit still finds it."""
+    mode = next((m for m in ("namespace", "userns") if not _available(m, tmp_path)), None)
+    if mode is None:
+        pytest.skip("no namespace sandbox on this host")
+    script = tmp_path / "late.py"
+    script.write_text(LATE_COMPILE)
+    rc, res, log = warm(script, tmp_path / "cache", "--steps", "all",
+                        env={"PCOMPILE_WARM_SANDBOX": mode, "PCOMPILE_POOL_IDLE_EXIT": "1"}, cwd=tmp_path)
+    assert rc == 0, log[-3000:]
+    assert "compile pool unavailable" not in log, log[-3000:]
+    assert res["report"]["sandbox"]["daemon"] == "started or found outside the sandbox", log[-3000:]
+
+
 def test_no_daemon_is_started_inside_a_sandbox(tmp_path, monkeypatch):
     """A node compile daemon outlives the warm: one started inside the sandbox would live on in
     its view, so the pool refuses (the runner starts it outside, isolation.start_daemon_outside)."""

@@ -49,6 +49,7 @@ class Client:
         self.sock = sock
         self.id = next(self._ids)
         self.alive = True
+        self.holds = False  # asked the daemon to stay up while it is connected (a warm running)
         self._lock = threading.Lock()
 
     def send(self, obj: dict[str, Any]) -> bool:
@@ -171,7 +172,10 @@ class Daemon:
         self.last_busy = time.monotonic()
 
     def busy(self) -> bool:
-        return len(self.queue) > 0 or any(slot.job is not None for slot in self.slots)
+        if len(self.queue) > 0 or any(slot.job is not None for slot in self.slots):
+            return True
+        with self.clients_lock:
+            return any(c.holds and c.alive for c in self.clients)
 
     def serve(self) -> int:
         assert self.listener is not None
@@ -253,6 +257,10 @@ class Daemon:
                     "size_reason": self.size_reason,
                 }
             )
+        elif op == "hold":
+            # A warm's runner: its sandboxed child can only connect, never start a daemon, so no idle
+            # exit while the runner stays connected.
+            client.holds = True
         elif op == "status":
             client.send({"op": "status", "id": msg.get("id"), **self.status()})
         elif op == "stop":

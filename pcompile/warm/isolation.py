@@ -31,6 +31,7 @@ class Isolation:
     mode: str  # namespace | userns | python
     why_not: list[str] = field(default_factory=list)
     daemon: str | None = None
+    hold: Any = None  # the runner's connection that keeps the daemon up for the warm's length
 
     def notice(self) -> str:
         if self.mode == "python":
@@ -63,7 +64,10 @@ def start_daemon_outside(iso: Isolation, cache_dir: Path) -> threading.Thread | 
 
         try:
             sock, _ = connect_or_start(cache_dir, daemon_options())
-            sock.close()
+            from pcompile.pool import protocol
+
+            protocol.send(sock, {"op": "hold"})  # no idle exit before the sandboxed child connects
+            iso.hold = sock
             iso.daemon = "started or found outside the sandbox"
         except Exception as exc:  # the child compiles in-process then
             iso.daemon = f"unavailable ({exc})"
@@ -71,6 +75,15 @@ def start_daemon_outside(iso: Isolation, cache_dir: Path) -> threading.Thread | 
     t = threading.Thread(target=start, name="pcompile-warm-daemon", daemon=True)
     t.start()
     return t
+
+
+def release_daemon(iso: Isolation, thread: threading.Thread | None) -> None:
+    """The warm is over: let the daemon's idle clock run again."""
+    if thread is not None:
+        thread.join(timeout=60)
+    if iso.hold is not None:
+        iso.hold.close()
+        iso.hold = None
 
 
 def keep_paths(env: dict[str, str], run_dir: Path, workdir: Path, cache_dir: Path) -> list[str]:

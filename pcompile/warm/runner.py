@@ -254,10 +254,13 @@ def run_warm(opts: WarmOptions) -> WarmResult:
     job = f"warm-{run_dir.name}"
     iso = isolation.choose(run_dir)
     print(iso.notice(), file=sys.stderr, flush=True)
-    isolation.start_daemon_outside(iso, settings.cache_dir)
+    starting = isolation.start_daemon_outside(iso, settings.cache_dir)
     before = snapshot(inductor, settings.cache_dir / "store")
     t0 = time.monotonic()
-    results = [_run_rank(opts, settings, profile, lib, script, run_dir, rank, iso, job) for rank in ranks]
+    try:
+        results = [_run_rank(opts, settings, profile, lib, script, run_dir, rank, iso, job) for rank in ranks]
+    finally:
+        isolation.release_daemon(iso, starting)
     seconds = time.monotonic() - t0
     after = snapshot(inductor, settings.cache_dir / "store")
     rc, report, workers = results[0]
