@@ -38,7 +38,9 @@ def report_lines(result: Any, check: bool = False) -> list[str]:
         return failure_lines(result)
     out: list[str] = []
     status = r.get("status")
-    head = {"stopped": f"warm done: {r.get('steps_done')} steps", "completed": "warm done: the script ran to its end"}
+    steps, backwards = r.get("steps_done"), r.get("backward_calls")
+    micro = f" ({backwards} backward calls)" if backwards and steps and backwards > steps else ""
+    head = {"stopped": f"warm done: {steps} steps{micro}", "completed": "warm done: the script ran to its end"}
     out.append(f"{head.get(status, 'warm failed')} in {result.seconds:.1f}s on a virtual {result.profile.name} ({result.profile.arch}), torch {r.get('torch')}")
     w = result.written
     looked = getattr(result, "lookups", None)

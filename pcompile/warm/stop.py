@@ -1,16 +1,29 @@
 """Stop the script after N training steps, without changing anything Dynamo traces.
 
-Hooks on the optimizer would be traced into a compiled `opt.step()` and change its graph (and so
-its cache key). The step boundary used instead is `torch.autograd.backward`, which user code calls
-eagerly once per step: step k is complete when backward k+1 begins, so the script is stopped
-there, after N full forward/backward/optimizer steps (and the next forward, usually a cache hit).
+The stop is raised where `torch.autograd.backward` begins (user code calls it eagerly): step k is
+complete when the next step's first backward begins, so the script stops after N full
+forward/backward/optimizer steps (and the next forward, usually a cache hit).
+
+What a step is: a script that makes a `torch.optim.Optimizer` steps it once per training step,
+after one backward or after several (gradient accumulation: build-nanogpt's 8 micro-steps, DDP's
+`no_sync` micro-batches). Counting backward calls would stop such a script inside its first
+accumulation loop, before the optimizer's step, the grad clipping and everything after them ran
+(or compiled), and report micro-steps as steps. So with an optimizer made, a step is counted at
+the optimizer's step (torch's global step post-hook; several optimizers stepping together, as
+Muon + Adam, count once); without one (hand-written updates), each backward is a step.
+
+The post-hook only sets an attribute (the count is taken at the next backward, eagerly): Dynamo,
+tracing a compiled `opt.step()`, replays that as a side effect, and the step's graph (so its cache
+key) is the same as without the hook; anything more (a progress write) would break its graph.
 """
 from __future__ import annotations
 
+import functools
 import time
 from typing import Callable
 
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 
 class WarmStop(BaseException):
@@ -21,20 +34,59 @@ class StepCounter:
     def __init__(self, steps: int, on_step: Callable[[int, float], None] | None = None) -> None:
         self.steps = steps
         self.done = 0
+        self.backwards = 0
         self.on_step = on_step
         self.t0 = time.monotonic()
-        self._original = None
+        self.optimizer_made = False
+        self._stepped = False  # an optimizer stepped since the last backward began
+        self._undo: list[Callable[[], None]] = []
+
+    def _count(self) -> None:
+        self.done += 1
+        if self.on_step:
+            self.on_step(self.done, time.monotonic() - self.t0)
+
+    def _optimizer_stepped(self, *_args) -> None:
+        self._stepped = True
+
+    def finish(self) -> int:
+        """Steps done, the last one included when the script ended after its optimizer step."""
+        if self._stepped:
+            self._stepped = False
+            self._count()
+        return self.done
 
     def install(self) -> None:
-        self._original = original = torch.autograd.backward
+        original = torch.autograd.backward
+        optim = torch.optim.Optimizer
+        original_init = optim.__init__
 
         def backward(*args, **kwargs):
+            self.finish()
             if self.steps and self.done >= self.steps:  # 0: no limit, the script runs to its end
                 raise WarmStop(f"stopped after {self.steps} steps")
             result = original(*args, **kwargs)
-            self.done += 1
-            if self.on_step:
-                self.on_step(self.done, time.monotonic() - self.t0)
+            self.backwards += 1
+            if not self.optimizer_made:
+                self._count()
             return result
 
+        @functools.wraps(original_init)
+        def init(opt, *args, **kwargs):
+            self.optimizer_made = True
+            original_init(opt, *args, **kwargs)
+
         torch.autograd.backward = backward
+        optim.__init__ = init
+        handle = register_optimizer_step_post_hook(self._optimizer_stepped)
+
+        def undo() -> None:
+            torch.autograd.backward = original
+            optim.__init__ = original_init
+            handle.remove()
+
+        self._undo.append(undo)
+
+    def uninstall(self) -> None:
+        while self._undo:
+            self._undo.pop()()

@@ -1,0 +1,130 @@
+"""What a warm's `--steps N` counts: training steps, not backward calls.
+
+A script with gradient accumulation (build-nanogpt: 8 micro-steps per optimizer step) used to be
+stopped at its third backward, inside the first accumulation loop: the optimizer's step, the grad
+clipping and any compiled code after the loop never ran, and the summary called the micro-steps
+steps. With an optimizer made, a step now ends at the optimizer's step (several optimizers
+stepping together count once); the hook that sees it leaves a compiled `opt.step()`'s graph as it
+was. Without an optimizer, each backward is a step, as before.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from pcompile.warm.stop import StepCounter, WarmStop
+
+
+def _train(counter: StepCounter | None, micro: int, optimizers: int = 2) -> tuple[list[int], str]:
+    """A loop with `micro` backward calls per step and a compiled AdamW step; returns the steps
+    that finished and a hash of the compiled step's FX graphs."""
+    codes: list[str] = []
+
+    def backend(gm, _inputs):
+        codes.append(gm.code)
+        return gm.forward
+
+    if counter is not None:
+        counter.install()
+    try:
+        model = torch.nn.Linear(4, 4)
+        opts = [torch.optim.AdamW(model.parameters(), lr=0.1), torch.optim.SGD(model.parameters(), lr=0.1)][:optimizers]
+
+        @torch.compile(backend=backend)
+        def adam_step():
+            opts[0].step()
+
+        finished: list[int] = []
+        try:
+            for step in range(5):
+                for _ in range(micro):
+                    model(torch.randn(2, 4)).sum().backward()
+                adam_step()
+                for opt in opts[1:]:
+                    opt.step()
+                finished.append(step)
+        except WarmStop:
+            pass
+    finally:
+        if counter is not None:
+            counter.uninstall()
+        torch._dynamo.reset()
+    return finished, hashlib.sha1("".join(codes).encode()).hexdigest()
+
+
+def test_gradient_accumulation_counts_optimizer_steps_and_leaves_the_compiled_step_alone():
+    counter = StepCounter(2)
+    finished, graphs = _train(counter, micro=3)
+    assert finished == [0, 1]  # both steps ran their optimizers; stopped at step 2's first backward
+    assert counter.finish() == 2 and counter.backwards == 6
+    _, stock = _train(None, micro=3)
+    assert graphs == stock  # the post-hook is not in the compiled step's graph
+
+
+def test_a_script_without_an_optimizer_counts_backward_calls():
+    counter = StepCounter(3)
+    counter.install()
+    try:
+        w = torch.ones(3, requires_grad=True)
+        n = 0
+        with pytest.raises(WarmStop):
+            for n in range(10):
+                (w * 2).sum().backward()
+                with torch.no_grad():
+                    w -= 0.1 * w.grad
+    finally:
+        counter.uninstall()
+    assert counter.finish() == 3 and n == 3
+
+
+def test_the_last_step_counts_when_the_script_ends_after_its_optimizer():
+    counter = StepCounter(0)  # --steps all
+    finished, _ = _train(counter, micro=2, optimizers=1)
+    assert finished == [0, 1, 2, 3, 4] and counter.finish() == 5 and counter.backwards == 10
+
+
+ACCUMULATING = """\
+import torch
+model = torch.nn.Linear(8, 8).cuda()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+
+@torch.compile
+def clip(total):
+    return total.clamp(max=1.0) * 0.5
+
+for step in range(10):
+    for micro in range(4):
+        loss = model(torch.randn(2, 8, device="cuda")).square().mean() / 4
+        loss.backward()
+    norm = clip(torch.nn.utils.clip_grad_norm_(model.parameters(), 1e9))
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    print(f"finished step {step}", flush=True)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the virtual device is Linux-only")
+def test_warm_of_an_accumulating_script_runs_whole_steps(tmp_path):
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "train.py").write_text(textwrap.dedent(ACCUMULATING))
+    cmd = [sys.executable, "-m", "pcompile.cli.main", "warm", "train.py", "--target", "h100",
+           "--cache-dir", str(tmp_path / "cache"), "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=str(job),
+                         env=dict(os.environ, PCOMPILE_PROGRESS="0", PCOMPILE_DISABLE="1"))
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log[-3000:]
+    res = json.loads([ln for ln in out.stdout.splitlines() if ln.startswith("{")][-1])
+    rep = res["report"]
+    assert rep["steps_done"] == 2 and rep["backward_calls"] == 8, rep
+    assert "finished step 1" in log and "finished step 2" not in log
+    assert rep["counters"]["inductor"]["fxgraph_cache_miss"] == 1  # the compiled code after the loop
+    assert any(ln.startswith("warm done: 2 steps (8 backward calls)") for ln in res["lines"]), res["lines"]
