@@ -23,7 +23,7 @@ import torch
 from pcompile.warm.stop import StepCounter, WarmStop
 
 
-def _train(counter: StepCounter | None, micro: int, optimizers: int = 2) -> tuple[list[int], str]:
+def _train(counter: StepCounter | None, micro: int, optimizers: int = 2, stray: bool = False) -> tuple[list[int], str]:
     """A loop with `micro` backward calls per step and a compiled AdamW step; returns the steps
     that finished and a hash of the compiled step's FX graphs."""
     codes: list[str] = []
@@ -35,6 +35,8 @@ def _train(counter: StepCounter | None, micro: int, optimizers: int = 2) -> tupl
     if counter is not None:
         counter.install()
     try:
+        if stray:  # modded-nanogpt, at import: "prevents a bug on some systems"
+            torch.empty(1, requires_grad=True).backward()
         model = torch.nn.Linear(4, 4)
         opts = [torch.optim.AdamW(model.parameters(), lr=0.1), torch.optim.SGD(model.parameters(), lr=0.1)][:optimizers]
 
@@ -67,6 +69,12 @@ def test_gradient_accumulation_counts_optimizer_steps_and_leaves_the_compiled_st
     assert counter.finish() == 2 and counter.backwards == 6
     _, stock = _train(None, micro=3)
     assert graphs == stock  # the post-hook is not in the compiled step's graph
+
+
+def test_a_backward_before_the_optimizer_is_made_is_no_step():
+    counter = StepCounter(2)
+    finished, _ = _train(counter, micro=1, optimizers=1, stray=True)
+    assert finished == [0, 1] and counter.finish() == 2 and counter.backwards == 3
 
 
 def test_a_script_without_an_optimizer_counts_backward_calls():

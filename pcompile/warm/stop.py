@@ -10,7 +10,10 @@ after one backward or after several (gradient accumulation: build-nanogpt's 8 mi
 accumulation loop, before the optimizer's step, the grad clipping and everything after them ran
 (or compiled), and report micro-steps as steps. So with an optimizer made, a step is counted at
 the optimizer's step (torch's global step post-hook; several optimizers stepping together, as
-Muon + Adam, count once); without one (hand-written updates), each backward is a step.
+Muon + Adam, count once); without one (hand-written updates), each backward is a step. Whether a
+backward ended a step is judged when the next one begins (or the script ends), by what happened in
+between: a stray backward before the optimizer is made (modded-nanogpt's
+`torch.empty(1, device="cuda", requires_grad=True).backward()` at import) is then no step.
 
 The post-hook only sets an attribute (the count is taken at the next backward, eagerly): Dynamo,
 tracing a compiled `opt.step()`, replays that as a side effect, and the step's graph (so its cache
@@ -39,21 +42,23 @@ class StepCounter:
         self.t0 = time.monotonic()
         self.optimizer_made = False
         self._stepped = False  # an optimizer stepped since the last backward began
+        self._pending = False  # a backward ran since then
         self._undo: list[Callable[[], None]] = []
-
-    def _count(self) -> None:
-        self.done += 1
-        if self.on_step:
-            self.on_step(self.done, time.monotonic() - self.t0)
 
     def _optimizer_stepped(self, *_args) -> None:
         self._stepped = True
 
+    def _judge(self) -> None:
+        """Did the last backward end a step? Called when the next begins, and at the end."""
+        if self._stepped or (self._pending and not self.optimizer_made):
+            self.done += 1
+            if self.on_step:
+                self.on_step(self.done, time.monotonic() - self.t0)
+        self._stepped = self._pending = False
+
     def finish(self) -> int:
-        """Steps done, the last one included when the script ended after its optimizer step."""
-        if self._stepped:
-            self._stepped = False
-            self._count()
+        """Steps done, the last one included (the script ended after it)."""
+        self._judge()
         return self.done
 
     def install(self) -> None:
@@ -62,13 +67,12 @@ class StepCounter:
         original_init = optim.__init__
 
         def backward(*args, **kwargs):
-            self.finish()
+            self._judge()
             if self.steps and self.done >= self.steps:  # 0: no limit, the script runs to its end
                 raise WarmStop(f"stopped after {self.steps} steps")
             result = original(*args, **kwargs)
             self.backwards += 1
-            if not self.optimizer_made:
-                self._count()
+            self._pending = True
             return result
 
         @functools.wraps(original_init)
