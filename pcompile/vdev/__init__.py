@@ -5,6 +5,6 @@ events, capture and graphs; vvmm.c: VMM, pools, synthetic addresses; vnvml.c: NV
 NOT_SUPPORTED stub for every other name in entry_points.txt) with the system C compiler on first
 use; `entry_points` lists what the installed GPU libraries can ask it for; `profile` reads the
 device profiles it answers from; `preload` makes the environment of the one child process that
-loads it. Nothing here loads the library into the calling process.
+loads it, with `smi`'s `nvidia-smi` first on its PATH. Nothing here loads the library into the calling process.
 """
 from __future__ import annotations

@@ -13,6 +13,7 @@ from typing import Any
 
 from pcompile import settings
 from pcompile.vdev.build import LIB_NAME, NVML_NAME, SANITIZE_MARK, build_root
+from pcompile.vdev import smi
 from pcompile.vdev.profile import DeviceProfile
 
 #: vcuda.c's MAX_DEVICES
@@ -53,6 +54,8 @@ def child_env(lib: Path, profile: DeviceProfile, workdir: Path, strict: bool, ba
     # Triton links its driver helpers against "the" libcuda.so.1: make it ours, by directory.
     env["TRITON_LIBCUDA_PATH"] = str(lib.parent)
     env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "0"
+    # and the management tool scripts shell out to lists these devices, not the host's (or fails)
+    smi.install(workdir / "bin", env)
     return env
 
 

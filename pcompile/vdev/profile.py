@@ -79,6 +79,8 @@ class DeviceProfile:
         lines += [f"attr {k} {v}" for k, v in sorted(self.attributes.items())]
         lines.append(f"driver_version {int(self.data.get('driver_version', 13000))}")
         lines.append(f"runtime_version {int(self.data.get('runtime_version', 13000))}")
+        if self.data.get("driver_release"):  # nvidia-smi's "Driver Version" (smi.py); vcuda.c skips it
+            lines.append(f"driver_release {self.data['driver_release']}")
         path.write_text("\n".join(lines) + "\n")
         return path
 
