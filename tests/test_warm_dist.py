@@ -78,3 +78,38 @@ def test_compiled_ddp_rank0_of_4_warms(tmp_path):
     rep = res["report"]
     assert rep["status"] == "stopped" and rep["steps_done"] == 2
     assert rep["counters"]["inductor"]["fxgraph_cache_miss"] == 2 and res["written"]["aotautograd"] == 1
+
+
+def test_collectives_torch_gave_no_meta_kernel_run_on_the_fake_group(tmp_path):
+    """The coalesced collectives and gather_into_tensor have no Meta kernel in torch, so on the
+    warm's fake tensors they failed ("no fake impl or Meta kernel"): modded-nanogpt all-reduces its
+    gradient buckets with all_reduce_coalesced from post-accumulate-grad hooks."""
+    script = tmp_path / "coalesced.py"
+    script.write_text(textwrap.dedent("""\
+        import os, warnings
+        import torch, torch.distributed as dist, torch.nn as nn
+        warnings.simplefilter("ignore", FutureWarning)  # torch deprecates the coalesced calls
+        dist.init_process_group(backend="nccl")
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        m = nn.Sequential(nn.Linear(16, 16), nn.Linear(16, 1)).cuda()
+        params = list(m.parameters())
+        handles = []
+        def hook(p):
+            if p is params[0]:
+                handles.append(dist.all_reduce_coalesced([q.grad for q in params], op=dist.ReduceOp.AVG, async_op=True))
+        for p in params:
+            p.register_post_accumulate_grad_hook(hook)
+        opt = torch.optim.SGD(params, lr=0.1)
+        for step in range(3):
+            m(torch.randn(4, 16, device="cuda")).mean().backward()
+            for h in handles:
+                h.wait()
+            handles.clear()
+            out = [torch.empty(16, device="cuda") for _ in range(dist.get_world_size())]
+            dist.all_gather_coalesced([out], [params[1].grad])  # the first layer's bias: 16 values
+            opt.step(); opt.zero_grad()
+            print(f"coalesced step {step}")
+        """))
+    rc, res, log = warm(script, tmp_path / "cache", "--world-size", "2", env={"PCOMPILE_DISABLE": "1"})
+    assert rc == 0, log[-3000:]
+    assert "coalesced step 1" in log and res["report"]["steps_done"] == 2

@@ -18,9 +18,10 @@ def env_for(world_size: int, rank: int = 0) -> dict[str, str]:
 def install(world_size: int, rank: int = 0) -> None:
     import torch.distributed as dist
 
-    from pcompile.compat.warm_training import ddp_skip_value_checks, fake_store
+    from pcompile.compat.warm_training import collectives_on_fakes, ddp_skip_value_checks, fake_store
 
     ddp_skip_value_checks()
+    collectives_on_fakes()
 
     original = dist.init_process_group
 
