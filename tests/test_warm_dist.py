@@ -78,6 +78,43 @@ def test_compiled_ddp_rank0_of_4_warms(tmp_path):
     rep = res["report"]
     assert rep["status"] == "stopped" and rep["steps_done"] == 2
     assert rep["counters"]["inductor"]["fxgraph_cache_miss"] == 2 and res["written"]["aotautograd"] == 1
+    assert not any("AOTAutograd of" in ln for ln in res["lines"])
+
+
+def test_ddp_bucket_split_graphs_are_reported_as_not_cached_by_torch(tmp_path):
+    """Dynamo's DDPOptimizer compiles one graph per gradient bucket with fakify_first_call, and
+    torch's AOTAutograd cache bypasses those (build-nanogpt on 2 ranks: 30 bypasses): the summary
+    says so instead of leaving the layer out of its look-ups."""
+    script = tmp_path / "ddp_buckets.py"
+    script.write_text(textwrap.dedent("""\
+        import os
+        import torch, torch.distributed as dist, torch.nn as nn
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        dist.init_process_group(backend="nccl")
+        rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(rank)
+        class Stack(nn.Module):  # a module of the script's own: Dynamo skips nn.Sequential's frame
+            def __init__(self):
+                super().__init__()
+                self.layers = nn.ModuleList(nn.Linear(512, 512) for _ in range(4))  # 1 MiB a layer
+
+            def forward(self, x):
+                for layer in self.layers:
+                    x = torch.relu(layer(x))
+                return x
+
+        model = Stack().cuda()
+        ddp = torch.compile(DDP(model, device_ids=[rank], bucket_cap_mb=1))  # a bucket per layer
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(3):
+            ddp(torch.randn(8, 512, device="cuda")).mean().backward()
+            opt.step()
+            opt.zero_grad()
+        """))
+    rc, res, log = warm(script, tmp_path / "cache", "--world-size", "2", env={"PCOMPILE_DISABLE": "1"})
+    assert rc == 0, log[-3000:]
+    bypassed = res["report"]["counters"]["aot_autograd"].get("autograd_cache_bypass", 0)
+    assert bypassed >= 2 and any(ln.startswith(f"not warmed: AOTAutograd of {bypassed} graphs") for ln in res["lines"]), res["lines"]
 
 
 def test_collectives_torch_gave_no_meta_kernel_run_on_the_fake_group(tmp_path):

@@ -64,6 +64,10 @@ def report_lines(result: Any, check: bool = False) -> list[str]:
     aot_saved = _c(r, "aot_autograd", "autograd_cache_saved")
     out.append(f"written to {result.cache_dir}: {w.get('fxgraph', 0)} FX graph entries, {w.get('aotautograd', 0)} AOTAutograd entries, "
                f"{w.get('triton', 0)} Triton cubins" + (f" (AOTAutograd saves through all caches: {aot_saved})" if aot_saved != w.get("aotautograd", 0) else ""))
+    bypassed = _c(r, "aot_autograd", "autograd_cache_bypass")
+    if bypassed:  # torch's own choice (e.g. DDPOptimizer's split graphs): the GPU job bypasses them too
+        out.append(f"not warmed: AOTAutograd of {bypassed} graphs (torch does not cache them, e.g. DDP's bucket-split graphs; "
+                   "the GPU job traces them again, then hits their FX graphs and kernels)")
     v = r.get("vdev", {})
     worker_calls = sum(int(s.get("launch", 0)) for s in result.worker_vdev)
     refused, missing = driver_gaps([v, *result.worker_vdev])
