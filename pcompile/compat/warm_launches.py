@@ -8,6 +8,7 @@ this module's check().
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any, Callable
 
 import torch
@@ -135,10 +136,20 @@ def route_wrapper_allocations() -> None:
     g._pcompile_routed = True
 
 
+def kernel_id(autotuner: Any) -> str:
+    """A kernel's name is only unique within its graph (`triton_per_fused_mul_sum_0` recurs across
+    graphs with other sources); its code-cache file is named by a hash of its source. Keyed by
+    name, a second kernel of the same name went unpredicted until a later warm found it."""
+    name = getattr(getattr(autotuner, "fn", None), "__name__", "?")
+    filename = getattr(autotuner, "filename", None)
+    return f"{name} {os.path.basename(filename)}" if filename else f"{name} @{id(autotuner):x}"
+
+
 def skip_kernel_launches(on_unselected: Callable[[str, int, Any], None]) -> None:
     """CachingAutotuner.run launches (and, with several configs, benchmarks) a Triton kernel. On
     the virtual device it must do neither; `on_unselected(name, n_configs, autotuner)` sees kernels
-    whose autotune winner could therefore not be measured (and may predict one)."""
+    whose autotune winner could therefore not be measured (and may predict one); `name` is
+    `kernel_id`'s, one per kernel source."""
     from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 
     if marked(CachingAutotuner.run, "skip_kernel_launches"):
@@ -154,7 +165,7 @@ def skip_kernel_launches(on_unselected: Callable[[str, int, Any], None]) -> None
             return None
         n = len(getattr(self, "launchers", None) or getattr(self, "compile_results", None) or self.configs or [])
         if n > 1:
-            on_unselected(getattr(self.fn, "__name__", "?"), n, self)
+            on_unselected(kernel_id(self), n, self)
         return None
 
     mark(run, "skip_kernel_launches")
