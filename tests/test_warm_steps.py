@@ -93,6 +93,16 @@ def test_a_script_without_an_optimizer_counts_backward_calls():
     assert counter.finish() == 3 and n == 3
 
 
+def test_a_backward_the_script_failed_after_is_no_step():
+    counter = StepCounter(2)
+    counter.install()
+    try:
+        torch.empty(1, requires_grad=True).backward()  # then the import of a missing module fails
+    finally:
+        counter.uninstall()
+    assert counter.finish(completed=False) == 0 and counter.backwards == 1
+
+
 def test_the_last_step_counts_when_the_script_ends_after_its_optimizer():
     counter = StepCounter(0)  # --steps all
     finished, _ = _train(counter, micro=2, optimizers=1)

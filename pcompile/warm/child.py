@@ -306,7 +306,7 @@ def run(spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     report["coordesc"] = _drain_tuner_candidates()
     if w is not None:
         report["writes"] = w.summary()
-    report["steps_done"] = counter.finish()
+    report["steps_done"] = counter.finish(completed=report.get("status") in ("completed", "stopped"))
     report["backward_calls"] = counter.backwards
     report["seconds"] = round(time.monotonic() - t0, 3)
     report["counters"] = compat.counters()

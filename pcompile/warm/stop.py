@@ -48,17 +48,18 @@ class StepCounter:
     def _optimizer_stepped(self, *_args) -> None:
         self._stepped = True
 
-    def _judge(self) -> None:
+    def _judge(self, backward_ends_step: bool = True) -> None:
         """Did the last backward end a step? Called when the next begins, and at the end."""
-        if self._stepped or (self._pending and not self.optimizer_made):
+        if self._stepped or (self._pending and backward_ends_step and not self.optimizer_made):
             self.done += 1
             if self.on_step:
                 self.on_step(self.done, time.monotonic() - self.t0)
         self._stepped = self._pending = False
 
-    def finish(self) -> int:
-        """Steps done, the last one included (the script ended after it)."""
-        self._judge()
+    def finish(self, completed: bool = True) -> int:
+        """Steps done, the last one included when the script ended after it (`completed`); a
+        script that failed after a backward with no optimizer did not finish that step."""
+        self._judge(backward_ends_step=completed)
         return self.done
 
     def install(self) -> None:
