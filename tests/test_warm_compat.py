@@ -124,6 +124,29 @@ def test_gpu_values_read_back_as_zeros_and_are_counted(scoped):
     assert seen.count("item") >= 1 and ".cpu()" in seen and "copy to a CPU tensor" in seen
 
 
+def test_printing_a_device_tensor_shows_the_gpu_jobs_repr_of_its_values(scoped):
+    """print(t), str(t) and f"{t}" of a virtual tensor print what the GPU job would (torch's repr,
+    with the device and autograd suffixes) of a GPU holding zeros, and count as reads; host data
+    copied to the GPU prints its real values, uncounted. FakeTensor's own repr was printed."""
+    from pcompile.compat.warm_values import forget
+
+    mode, _ = scoped
+    before = reads.summary()["total"]
+    with mode:
+        x = torch.randn(4, device="cuda")
+        assert str(x) == repr(x) == f"{x}" == "tensor([0., 0., 0., 0.], device='cuda:0')"
+        w = torch.randn(2, 3, device="cuda", requires_grad=True)
+        assert repr(w) == "tensor([[0., 0., 0.],\n        [0., 0., 0.]], device='cuda:0', requires_grad=True)"
+        assert repr((w * 2).sum()) == "tensor(0., device='cuda:0', grad_fn=<SumBackward0>)"
+        assert repr(torch.randint(9, (2,), device="cuda", dtype=torch.int32)) == "tensor([0, 0], device='cuda:0', dtype=torch.int32)"
+        assert repr(torch.empty(0, 3, device="cuda")) == "tensor([], device='cuda:0', size=(0, 3))"
+        n_reads = reads.summary()["total"] - before
+        labels = torch.tensor([3, -100, 7]).to("cuda")    # the script's own host data
+        assert repr(labels) == "tensor([   3, -100,    7], device='cuda:0')"
+        forget(labels)
+    assert n_reads == 6 and reads.summary()["total"] - before == n_reads  # str, repr, format, 3 more; not the empty one
+
+
 def test_read_sites_name_the_script_line(tmp_path):
     script = tmp_path / "s.py"
     script.write_text("import pcompile.warm.reads as r\nfor _ in range(3):\n    r.record('item')\n")
