@@ -15,7 +15,7 @@ from pcompile.warm import reads
 
 #: named here, not taken from warm_runtime.CONCERNS: a module left out of CONCERNS must still be
 #: checked (test_the_whole_check_covers_every_warm_module then fails on the omission)
-@pytest.mark.parametrize("name", ("warm_runtime", "warm_fakes", "warm_launches", "warm_storage", "warm_timings", "warm_training",
+@pytest.mark.parametrize("name", ("warm_runtime", "warm_fakes", "warm_launches", "warm_storage", "warm_timings", "warm_training", "warm_uncached",
                                   "warm_values"))
 def test_private_apis_present_in_this_torch(name):
     module = importlib.import_module(f"pcompile.compat.{name}")
@@ -145,6 +145,33 @@ def test_printing_a_device_tensor_shows_the_gpu_jobs_repr_of_its_values(scoped):
         assert repr(labels) == "tensor([   3, -100,    7], device='cuda:0')"
         forget(labels)
     assert n_reads == 6 and reads.summary()["total"] - before == n_reads  # str, repr, format, 3 more; not the empty one
+
+
+def test_graphs_inductor_does_not_cache_are_named_in_the_summary():
+    """A graph whose FX cache Inductor bypasses (here a foreach_map higher-order op) is compiled by
+    the GPU job whatever the warm did: the warm says so, with Inductor's reason."""
+    from types import SimpleNamespace
+
+    from torch._higher_order_ops.foreach_map import foreach_map
+
+    from pcompile.compat import warm_uncached
+    from pcompile.warm import report
+
+    seen: list[str] = []
+    warm_uncached.on_fx_cache_bypass(seen.append)
+    torch._dynamo.reset()
+    try:
+        torch.compile(lambda xs: foreach_map(lambda x: x * 2, xs))([torch.ones(4), torch.ones(3)])
+    finally:
+        torch._dynamo.reset()
+        warm_uncached.on_fx_cache_bypass(lambda reason: None)
+    assert len(seen) == 1 and "foreach_map" in seen[0], seen
+    result = SimpleNamespace(report={"status": "completed", "fx_cache_bypassed": {seen[0]: 2}}, seconds=1.0,
+                             profile=SimpleNamespace(name="H100", arch="sm_90"), written={}, cache_dir="c", lookups=None,
+                             worker_vdev=[], version_warnings=[])
+    lines = [ln for ln in report.report_lines(result) if "does not cache" in ln]
+    assert lines == [f"not warmed: 2 graphs Inductor does not cache ({seen[0]} x2); the GPU job compiles them again, "
+                     "only their Triton kernels come from the cache"]
 
 
 def test_read_sites_name_the_script_line(tmp_path):

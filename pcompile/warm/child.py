@@ -139,6 +139,7 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
     from pcompile.compat import warm_runtime as runtime
     from pcompile.compat import warm_timings as timings
     from pcompile.compat import warm_training as training
+    from pcompile.compat import warm_uncached as uncached
     from pcompile.compat import warm_values as values
     from pcompile.warm import reads
 
@@ -184,6 +185,12 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
     def on_unpublished(layer: str) -> None:
         report["left_for_gpu_tuning"][layer] = report["left_for_gpu_tuning"].get(layer, 0) + 1
 
+    report["fx_cache_bypassed"] = {}
+
+    def on_bypass(reason: str) -> None:
+        report["fx_cache_bypassed"][reason] = report["fx_cache_bypassed"].get(reason, 0) + 1
+
+    uncached.on_fx_cache_bypass(on_bypass)
     timings.fake_gpu_timings(on_fake)
     timings.keep_tuned_graphs_unpublished(on_unpublished)
     runtime.during_inductor_compile(strict.enter, strict.leave)
