@@ -174,6 +174,27 @@ def test_graphs_inductor_does_not_cache_are_named_in_the_summary():
                      "only their Triton kernels come from the cache"]
 
 
+def test_compile_counters_survive_a_script_that_clears_them():
+    """Tutorials and torch's own TestCase call `torch._dynamo.utils.counters.clear()`; the warm's
+    summary and report read those counters at the end, and showed only what came after the clear."""
+    from torch._dynamo.utils import counters
+    from torch._inductor.utils import fresh_inductor_cache
+
+    warm_runtime.during_inductor_compile(lambda: None, lambda: None)
+    torch._dynamo.reset()
+    before = warm_runtime.counters().get("inductor", {})
+    n_before = sum(v for k, v in before.items() if k.startswith("fxgraph_cache_"))
+    try:
+        with fresh_inductor_cache():                       # compiled here: inside the compile windows
+            torch.compile(lambda x: x.sin() + 1)(torch.randn(3))
+            counters.clear()                               # as the script does
+            torch.compile(lambda x: x.cos() * 3)(torch.randn(5))
+    finally:
+        torch._dynamo.reset()
+    after = warm_runtime.counters()["inductor"]
+    assert sum(v for k, v in after.items() if k.startswith("fxgraph_cache_")) - n_before == 2, after
+
+
 def test_read_sites_name_the_script_line(tmp_path):
     script = tmp_path / "s.py"
     script.write_text("import pcompile.warm.reads as r\nfor _ in range(3):\n    r.record('item')\n")

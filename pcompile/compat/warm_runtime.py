@@ -94,7 +94,8 @@ def check() -> list[str]:
 
 def during_inductor_compile(enter: Callable[[], None], leave: Callable[[], None]) -> None:
     """Call enter()/leave() around Inductor's joint-graph passes and each inner compile
-    (forward, and the lazily compiled backward), the windows where strict mode applies."""
+    (forward, and the lazily compiled backward), the windows where strict mode applies; torch's
+    counters are observed there too (observe_counters)."""
     import torch._inductor.compile_fx as cfx
 
     if marked(cfx._compile_fx_inner, "during_inductor_compile"):
@@ -103,11 +104,13 @@ def during_inductor_compile(enter: Callable[[], None], leave: Callable[[], None]
     def windowed(fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
         def inner(*args: Any, **kwargs: Any) -> Any:
+            observe_counters()
             enter()
             try:
                 return fn(*args, **kwargs)
             finally:
                 leave()
+                observe_counters()
 
         mark(inner, "during_inductor_compile")
         return inner
@@ -187,10 +190,38 @@ def triton_backend_hash() -> str:
     return str(triton_hash_with_backend())
 
 
-def counters() -> dict[str, dict[str, int]]:
+_last_counts: dict[str, dict[str, int]] = {}
+_banked_counts: dict[str, dict[str, int]] = {}
+
+
+def observe_counters() -> None:
+    """Note torch's compile counters now. A script may clear them (`torch._dynamo.utils.counters.clear()`,
+    as tutorials and torch's own TestCase do): a count lower than at the last look means a clear, and
+    the counts seen before it are banked, so the warm still adds up what it compiled. (Torch
+    replaces the per-group Counter objects itself while compiling, keeping their counts, so the
+    values are tracked, not the objects.)"""
     from torch._dynamo.utils import counters as c
 
-    return {k: dict(v) for k, v in c.items()}
+    now = {group: dict(counter) for group, counter in list(c.items())}
+    for group, last in _last_counts.items():
+        current = now.get(group, {})
+        for name, n in last.items():
+            if current.get(name, 0) < n:
+                bank = _banked_counts.setdefault(group, {})
+                bank[name] = bank.get(name, 0) + n
+    _last_counts.clear()
+    _last_counts.update(now)
+
+
+def counters() -> dict[str, dict[str, int]]:
+    """Torch's compile counters over the whole warm, across any clear by the script (observe_counters)."""
+    observe_counters()
+    out = {group: dict(counts) for group, counts in _last_counts.items()}
+    for group, bank in _banked_counts.items():
+        into = out.setdefault(group, {})
+        for name, n in bank.items():
+            into[name] = into.get(name, 0) + n
+    return out
 
 
 def max_autotune_enabled() -> bool:

@@ -302,6 +302,7 @@ def run(spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     progress_file = settings.WARM_PROGRESS.get()
 
     def on_step(k: int, elapsed: float) -> None:
+        compat.observe_counters()  # a script may clear torch's counters between steps
         if progress_file:
             with open(progress_file, "a") as fh:
                 fh.write(f"{k} {elapsed:.3f}\n")
