@@ -134,6 +134,7 @@ def _predict_winner(autotuner: Any, report: dict[str, Any]) -> bool:
 def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict) -> Any:
     """Install every compat adjustment; returns the FakeTensorMode the script runs under."""
     from pcompile.inductor.graph_normalize import normalize_placeholder_types
+    from pcompile.compat import warm_compiled_autograd as compiled_autograd
     from pcompile.compat import warm_fakes as fakes
     from pcompile.compat import warm_launches as launches
     from pcompile.compat import warm_runtime as runtime
@@ -169,6 +170,7 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
     launches.fold_constants_on_cpu()
     launches.placeholder_repr_for_device_tensors()
     training.grad_scaler_assumes_finite()
+    compiled_autograd.capture_outside_the_script_mode()
     report["cudagraphs_skipped"] = 0
 
     def on_cudagraph_skip() -> None:
