@@ -70,12 +70,14 @@ def test_torch_sees_one_h100_and_launches_are_swallowed(lib, tmp_path):
         "from pcompile.vdev import preload\n"
         "p = torch.cuda.get_device_properties(0)\n"
         "x = torch.full((8,), 3.0, device='cuda')\n"  # a fill kernel (2.15 zeroes with cudaMemsetAsync)
+        "stats = preload.stats_here()\n"
         "print(json.dumps({'avail': torch.cuda.is_available(), 'name': p.name, 'cc': [p.major, p.minor],\n"
-        "  'launches': preload.stats_here().get('launch', 0)}))\n"
+        "  'launches': stats.get('launch', 0), 'refused': sorted(k for k in stats if k.startswith('unsupported:'))}))\n"
     )
     got = _run_under_vdev(lib, tmp_path, code)
     assert got["avail"] and got["name"] == resolve("h100").name and got["cc"] == [9, 0]
     assert got["launches"] >= 1
+    assert got["refused"] == []  # torch's CUDA init asks nothing the device refuses (2.14: cuLogsRegisterCallback)
 
 
 def test_strict_mode_makes_a_launch_an_error(lib, tmp_path):

@@ -48,7 +48,7 @@ enum {
   X(cuDeviceTotalMem) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxGetState) \
   X(cuDevicePrimaryCtxRetain) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice) \
   X(cuCtxSynchronize) X(cuModuleLoadData) X(cuModuleGetFunction) X(cuModuleUnload) \
-  X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuFuncSetCacheConfig) X(cuGetErrorString) \
+  X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuFuncSetCacheConfig) X(cuGetErrorString) X(cuLogsRegisterCallback) X(cuLogsUnregisterCallback) \
   X(cuLaunchKernel) X(cuOccupancyMaxActiveClusters) X(cuPointerGetAttribute) X(cuStreamIsCapturing) X(not_supported) \
   X(cudaStreamBeginCapture) X(cudaStreamEndCapture) X(cudaGraphInstantiate) X(cudaGraphLaunch) \
   X(cudaGraphDestroy) X(cudaGraphExecDestroy) X(cuMemCreate) X(cuMemMap) X(cuMemUnmap) X(cuMemRelease) \
