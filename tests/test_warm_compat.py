@@ -195,6 +195,24 @@ def test_compile_counters_survive_a_script_that_clears_them():
     assert sum(v for k, v in after.items() if k.startswith("fxgraph_cache_")) - n_before == 2, after
 
 
+def test_a_clear_is_banked_but_a_lower_gauge_is_not():
+    """Torch sets some counters as gauges (DDP's bucket count): one lower value is not a clear."""
+    from torch._dynamo.utils import counters
+
+    group = "pcompile_test_gauges"
+    try:
+        counters[group].update(hits=5, buckets=3)
+        warm_runtime.observe_counters()
+        counters[group]["buckets"] = 2                    # a gauge set lower
+        warm_runtime.observe_counters()
+        assert warm_runtime.counters()[group] == {"hits": 5, "buckets": 2}
+        counters[group].clear()                           # the script clears
+        counters[group]["hits"] = 1
+        assert warm_runtime.counters()[group] == {"hits": 6, "buckets": 2}
+    finally:
+        counters.pop(group, None)
+
+
 def test_read_sites_name_the_script_line(tmp_path):
     script = tmp_path / "s.py"
     script.write_text("import pcompile.warm.reads as r\nfor _ in range(3):\n    r.record('item')\n")

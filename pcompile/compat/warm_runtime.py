@@ -197,8 +197,9 @@ _banked_counts: dict[str, dict[str, int]] = {}
 
 def observe_counters() -> None:
     """Note torch's compile counters now. A script may clear them (`torch._dynamo.utils.counters.clear()`,
-    as tutorials and torch's own TestCase do): a count lower than at the last look means a clear, and
-    the counts seen before it are banked, so the warm still adds up what it compiled. (Torch
+    as tutorials and torch's own TestCase do): a group whose every count is lower than at the last look
+    was cleared, and its counts seen before are banked, so the warm still adds up what it compiled
+    (a single lower count is a gauge torch sets, such as DDP's bucket count, not a clear). (Torch
     replaces the per-group Counter objects itself while compiling, keeping their counts, so the
     values are tracked, not the objects.)"""
     from torch._dynamo.utils import counters as c
@@ -206,9 +207,10 @@ def observe_counters() -> None:
     now = {group: dict(counter) for group, counter in list(c.items())}
     for group, last in _last_counts.items():
         current = now.get(group, {})
-        for name, n in last.items():
-            if current.get(name, 0) < n:
-                bank = _banked_counts.setdefault(group, {})
+        seen = {name: n for name, n in last.items() if n > 0}
+        if seen and all(current.get(name, 0) < n for name, n in seen.items()):  # the group was cleared
+            bank = _banked_counts.setdefault(group, {})
+            for name, n in seen.items():
                 bank[name] = bank.get(name, 0) + n
     _last_counts.clear()
     _last_counts.update(now)
