@@ -416,4 +416,9 @@ def device_repr(t: torch.Tensor, host: torch.Tensor) -> str:
         suffixes.append(f"grad_fn=<{grad_fn.name().rsplit('::', 1)[-1] if name == 'CppFunction' else name}>")
     elif t.requires_grad:
         suffixes.append("requires_grad=True")
-    return _add_suffixes(prefix + contents, suffixes, len(prefix), force_newline=False)
+    text = _add_suffixes(prefix + contents, suffixes, len(prefix), force_newline=False)
+    # A module's parameter moved to the device stays a Parameter to isinstance (its `_is_param` flag)
+    # while its class is FakeTensor: add what nn.Parameter.__repr__ adds.
+    if isinstance(t, torch.nn.Parameter) and not issubclass(type(t), torch.nn.Parameter):
+        return "Parameter containing:\n" + text
+    return text
