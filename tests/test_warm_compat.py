@@ -141,12 +141,14 @@ def test_printing_a_device_tensor_shows_the_gpu_jobs_repr_of_its_values(scoped):
         assert repr(torch.randint(9, (2,), device="cuda", dtype=torch.int32)) == "tensor([0, 0], device='cuda:0', dtype=torch.int32)"
         assert repr(torch.empty(0, 3, device="cuda")) == "tensor([], device='cuda:0', size=(0, 3))"
         n_reads = reads.summary()["total"] - before
+        big = torch.empty(1 << 16, 1 << 16, device="cuda", dtype=torch.bfloat16)  # 8 GiB on the GPU
+        assert repr(big).startswith("tensor([[0., 0., 0.,  ..., 0., 0., 0.],") and "dtype=torch.bfloat16" in repr(big)
         bias = torch.nn.Linear(2, 2).cuda().bias
         assert repr(bias) == "Parameter containing:\ntensor([0., 0.], device='cuda:0', requires_grad=True)"
         labels = torch.tensor([3, -100, 7]).to("cuda")    # the script's own host data
         assert repr(labels) == "tensor([   3, -100,    7], device='cuda:0')"
         forget(labels)
-    assert n_reads == 6 and reads.summary()["total"] - before == n_reads + 1  # str, repr, format, 3 more, the bias; not the empty one
+    assert n_reads == 6 and reads.summary()["total"] - before == n_reads + 3  # str, repr, format, 3 more, big x2, the bias; not the empty one
 
 
 def test_graphs_inductor_does_not_cache_are_named_in_the_summary():

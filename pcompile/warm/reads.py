@@ -107,7 +107,10 @@ def read_fake(tensor: torch.Tensor, how: str) -> Any:
     if how == "__repr__":  # print(t), str(t), f"{t}": torch's repr of the GPU tensor, with its values
         if real is None and tensor.numel():
             record("print/repr")
-        return device_repr(tensor, real if real is not None else zeros_like_on_cpu(tensor))
+        # zeros as one expanded element: torch prints only the edges of a large tensor, so
+        # printing a 10 GB activation must not allocate 10 GB of host zeros
+        zeros = torch.zeros((), dtype=tensor.dtype).expand(tuple(tensor.shape))
+        return device_repr(tensor, real if real is not None else zeros)
     if real is not None:  # made from the script's own host data: its real values, not counted
         return getattr(real, how)()
     record(how)
