@@ -70,12 +70,14 @@ def test_torch_sees_one_h100_and_launches_are_swallowed(lib, tmp_path):
         "from pcompile.vdev import preload\n"
         "p = torch.cuda.get_device_properties(0)\n"
         "x = torch.full((8,), 3.0, device='cuda')\n"  # a fill kernel (2.15 zeroes with cudaMemsetAsync)
+        "stats = preload.stats_here()\n"
         "print(json.dumps({'avail': torch.cuda.is_available(), 'name': p.name, 'cc': [p.major, p.minor],\n"
-        "  'launches': preload.stats_here().get('launch', 0)}))\n"
+        "  'launches': stats.get('launch', 0), 'refused': sorted(k for k in stats if k.startswith('unsupported:'))}))\n"
     )
     got = _run_under_vdev(lib, tmp_path, code)
     assert got["avail"] and got["name"] == resolve("h100").name and got["cc"] == [9, 0]
     assert got["launches"] >= 1
+    assert got["refused"] == []  # torch's CUDA init asks nothing the device refuses (2.14: cuLogsRegisterCallback)
 
 
 def test_strict_mode_makes_a_launch_an_error(lib, tmp_path):
@@ -169,6 +171,26 @@ def test_several_devices_per_thread_current_device_and_pointer_devices(lib, tmp_
     got = _run_under_vdev(lib, tmp_path, code, devices=3)
     assert got == {"count": 3, "driver_count": 3, "current": 2, "ctx_device": 2, "new_thread": 0, "ptr_device": 2,
                    "ptr_type": 2, "ordinal": 2, "host_refused": True, "sms_dev2": 132}
+
+
+def test_fake_tensor_addresses_are_their_devices_memory(lib, tmp_path):
+    """The warm's fake tensors get addresses from pcompile_vdev_fake_address_on(nbytes, dev); pointer
+    queries (Triton's launcher checks every pointer argument) answer for them as for cudaMalloc'd
+    memory of that device, interior pointers included."""
+    code = (
+        "import ctypes, json\n"
+        "rt = ctypes.CDLL('libcuda.so.1')\n"
+        "fake = rt.pcompile_vdev_fake_address_on; fake.restype = ctypes.c_ulonglong; fake.argtypes = [ctypes.c_size_t, ctypes.c_int]\n"
+        "got = []\n"
+        "for dev in (0, 1, 1):\n"
+        "    a = fake(4096, dev); o = ctypes.c_int(-1); t = ctypes.c_uint(0); d = ctypes.c_uint64(0)\n"
+        "    rc = (rt.cuPointerGetAttribute(ctypes.byref(o), 9, ctypes.c_uint64(a + 100)), rt.cuPointerGetAttribute(ctypes.byref(t), 2, ctypes.c_uint64(a)),\n"
+        "          rt.cuPointerGetAttribute(ctypes.byref(d), 3, ctypes.c_uint64(a)))\n"
+        "    got.append([a % 512, list(rc), o.value, t.value, d.value == a])\n"
+        "print(json.dumps({'got': got, 'bad_device': fake(4096, 64)}))\n"
+    )
+    got = _run_under_vdev(lib, tmp_path, code, devices=2)
+    assert got == {"got": [[0, [0, 0, 0], 0, 2, True], [0, [0, 0, 0], 1, 2, True], [0, [0, 0, 0], 1, 2, True]], "bad_device": 0}
 
 
 def test_torch_sees_two_devices_and_allocates_on_each(lib, tmp_path):

@@ -15,7 +15,7 @@ from pcompile.warm import reads
 
 #: named here, not taken from warm_runtime.CONCERNS: a module left out of CONCERNS must still be
 #: checked (test_the_whole_check_covers_every_warm_module then fails on the omission)
-@pytest.mark.parametrize("name", ("warm_runtime", "warm_fakes", "warm_launches", "warm_storage", "warm_timings", "warm_training",
+@pytest.mark.parametrize("name", ("warm_runtime", "warm_compiled_autograd", "warm_fakes", "warm_launches", "warm_storage", "warm_timings", "warm_training", "warm_uncached",
                                   "warm_values"))
 def test_private_apis_present_in_this_torch(name):
     module = importlib.import_module(f"pcompile.compat.{name}")
@@ -122,6 +122,99 @@ def test_gpu_values_read_back_as_zeros_and_are_counted(scoped):
         with pytest.raises(RuntimeError, match="ambiguous"):
             bool(torch.ones(2, device="cuda"))
     assert seen.count("item") >= 1 and ".cpu()" in seen and "copy to a CPU tensor" in seen
+
+
+def test_printing_a_device_tensor_shows_the_gpu_jobs_repr_of_its_values(scoped):
+    """print(t), str(t) and f"{t}" of a virtual tensor print what the GPU job would (torch's repr,
+    with the device and autograd suffixes) of a GPU holding zeros, and count as reads; host data
+    copied to the GPU prints its real values, uncounted. FakeTensor's own repr was printed."""
+    from pcompile.compat.warm_values import forget
+
+    mode, _ = scoped
+    before = reads.summary()["total"]
+    with mode:
+        x = torch.randn(4, device="cuda")
+        assert str(x) == repr(x) == f"{x}" == "tensor([0., 0., 0., 0.], device='cuda:0')"
+        w = torch.randn(2, 3, device="cuda", requires_grad=True)
+        assert repr(w) == "tensor([[0., 0., 0.],\n        [0., 0., 0.]], device='cuda:0', requires_grad=True)"
+        assert repr((w * 2).sum()) == "tensor(0., device='cuda:0', grad_fn=<SumBackward0>)"
+        assert repr(torch.randint(9, (2,), device="cuda", dtype=torch.int32)) == "tensor([0, 0], device='cuda:0', dtype=torch.int32)"
+        assert repr(torch.empty(0, 3, device="cuda")) == "tensor([], device='cuda:0', size=(0, 3))"
+        n_reads = reads.summary()["total"] - before
+        big = torch.empty(1 << 16, 1 << 16, device="cuda", dtype=torch.bfloat16)  # 8 GiB on the GPU
+        assert repr(big).startswith("tensor([[0., 0., 0.,  ..., 0., 0., 0.],") and "dtype=torch.bfloat16" in repr(big)
+        bias = torch.nn.Linear(2, 2).cuda().bias
+        assert repr(bias) == "Parameter containing:\ntensor([0., 0.], device='cuda:0', requires_grad=True)"
+        labels = torch.tensor([3, -100, 7]).to("cuda")    # the script's own host data
+        assert repr(labels) == "tensor([   3, -100,    7], device='cuda:0')"
+        forget(labels)
+    assert n_reads == 6 and reads.summary()["total"] - before == n_reads + 3  # str, repr, format, 3 more, big x2, the bias; not the empty one
+
+
+def test_graphs_inductor_does_not_cache_are_named_in_the_summary():
+    """A graph whose FX cache Inductor bypasses (here a foreach_map higher-order op) is compiled by
+    the GPU job whatever the warm did: the warm says so, with Inductor's reason."""
+    from types import SimpleNamespace
+
+    from torch._higher_order_ops.foreach_map import foreach_map
+
+    from pcompile.compat import warm_uncached
+    from pcompile.warm import report
+
+    seen: list[str] = []
+    warm_uncached.on_fx_cache_bypass(seen.append)
+    torch._dynamo.reset()
+    try:
+        torch.compile(lambda xs: foreach_map(lambda x: x * 2, xs))([torch.ones(4), torch.ones(3)])
+    finally:
+        torch._dynamo.reset()
+        warm_uncached.on_fx_cache_bypass(lambda reason: None)
+    assert len(seen) == 1 and "foreach_map" in seen[0], seen
+    result = SimpleNamespace(report={"status": "completed", "fx_cache_bypassed": {seen[0]: 2}}, seconds=1.0,
+                             profile=SimpleNamespace(name="H100", arch="sm_90"), written={}, cache_dir="c", lookups=None,
+                             worker_vdev=[], version_warnings=[])
+    lines = [ln for ln in report.report_lines(result) if "does not cache" in ln]
+    assert lines == [f"not warmed: 2 graphs Inductor does not cache ({seen[0]} x2); the GPU job compiles them again, "
+                     "only their Triton kernels come from the cache"]
+
+
+def test_compile_counters_survive_a_script_that_clears_them():
+    """Tutorials and torch's own TestCase call `torch._dynamo.utils.counters.clear()`; the warm's
+    summary and report read those counters at the end, and showed only what came after the clear."""
+    from torch._dynamo.utils import counters
+    from torch._inductor.utils import fresh_inductor_cache
+
+    warm_runtime.during_inductor_compile(lambda: None, lambda: None)
+    torch._dynamo.reset()
+    before = warm_runtime.counters().get("inductor", {})
+    n_before = sum(v for k, v in before.items() if k.startswith("fxgraph_cache_"))
+    try:
+        with fresh_inductor_cache():                       # compiled here: inside the compile windows
+            torch.compile(lambda x: x.sin() + 1)(torch.randn(3))
+            counters.clear()                               # as the script does
+            torch.compile(lambda x: x.cos() * 3)(torch.randn(5))
+    finally:
+        torch._dynamo.reset()
+    after = warm_runtime.counters()["inductor"]
+    assert sum(v for k, v in after.items() if k.startswith("fxgraph_cache_")) - n_before == 2, after
+
+
+def test_a_clear_is_banked_but_a_lower_gauge_is_not():
+    """Torch sets some counters as gauges (DDP's bucket count): one lower value is not a clear."""
+    from torch._dynamo.utils import counters
+
+    group = "pcompile_test_gauges"
+    try:
+        counters[group].update(hits=5, buckets=3)
+        warm_runtime.observe_counters()
+        counters[group]["buckets"] = 2                    # a gauge set lower
+        warm_runtime.observe_counters()
+        assert warm_runtime.counters()[group] == {"hits": 5, "buckets": 2}
+        counters[group].clear()                           # the script clears
+        counters[group]["hits"] = 1
+        assert warm_runtime.counters()[group] == {"hits": 6, "buckets": 2}
+    finally:
+        counters.pop(group, None)
 
 
 def test_read_sites_name_the_script_line(tmp_path):

@@ -269,3 +269,20 @@ def test_output_paths_pcompile_was_asked_to_write_stay_real(mode, tmp_path):
     finally:
         isolation.remove_tree(tmp_path / "run")
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_cache_dirs_the_script_chooses_stay_in_its_view(tmp_path):
+    """A script that points Inductor's caches at a temp dir while it runs (`fresh_inductor_cache()`,
+    as cold-start benchmarks do) hands that path to every compile job; the node pool's workers run
+    outside the sandbox and created it on the real file system. They write pcompile's dirs instead."""
+    script = ROOT / "tests" / "data" / "warm_scripts" / "fresh_cache_dirs.py"
+    cache = tmp_path / "cache"
+    rc, res, log = warm(script, cache, "--steps", "all", cwd=tmp_path)
+    assert rc == 0, log[-3000:]
+    fresh = [line.split(":", 1)[1].strip() for line in log.splitlines() if line.startswith("fresh cache dir:")]
+    assert fresh, log[-3000:]
+    leaked = [p for p in fresh if os.path.exists(p)]
+    for p in leaked:
+        shutil.rmtree(p, ignore_errors=True)
+    assert not leaked, f"the pool wrote the script's temp cache dir on the real file system: {leaked}"
+    assert list((cache / "inductor" / "triton").rglob("*.cubin")), log[-3000:]  # the kernel is kept

@@ -60,6 +60,13 @@ def test_class10_event_timing_is_positive(warmed):
     assert ms > 0
 
 
+def test_user_defined_triton_kernel_launched_eagerly_on_virtual_tensors(warmed):
+    """Triton's launcher asks cuPointerGetAttribute of every pointer argument; the fakes' addresses
+    were not the device's memory there ("Pointer argument cannot be accessed from Triton")."""
+    lines = [ln for ln in warmed[3].splitlines() if ln.startswith("triton ok:")]
+    assert lines == ["triton ok: eager launch on cuda:0"], warmed[3][-3000:]
+
+
 def test_the_training_step_is_compiled_and_a_second_warm_compiles_nothing(warmed):
     job, cache, res, _ = warmed
     rep = res["report"]

@@ -24,6 +24,9 @@ PRIVATE_SYMBOLS: list[tuple[str, str]] = [
     ("torch._subclasses.fake_tensor", "DynamicOutputShapeException"),
     ("torch._utils", "_rebuild_tensor_v2"),
     ("torch._meta_registrations", "meta_scaled_mm"),
+    ("torch._tensor_str", "_tensor_str"),
+    ("torch._tensor_str", "_add_suffixes"),
+    ("torch._tensor_str", "PRINT_OPTS"),
 ]
 
 
@@ -339,7 +342,7 @@ _read_route: list[Callable[..., Any]] = []
 
 
 def fake_scalar_reads(owned: Callable[[Any], bool], read: Callable[[Any, str], Any]) -> None:
-    """Route value reads of the script's fake tensors (`.item()`, `bool()`, `float()`, format, ...)
+    """Route value reads of the script's fake tensors (`.item()`, `bool()`, `float()`, format, repr, ...)
     to `read(tensor, how)`, which returns a stand-in. `owned(tensor)` limits this to the script's
     own fakes: Dynamo's internal fakes keep stock behaviour. A later call replaces the route."""
     from torch._subclasses.fake_tensor import FakeTensor
@@ -368,4 +371,54 @@ def fake_scalar_reads(owned: Callable[[Any], bool], read: Callable[[Any, str], A
         return original_format(self, spec)
 
     FakeTensor.__format__ = __format__
+    original_repr = FakeTensor.__repr__
+
+    def __repr__(self: Any, *, tensor_contents: Any = None) -> str:  # print(t), str(t), f"{t}"
+        if tensor_contents is None and self.layout == torch.strided and _read_route[0](self):
+            return _read_route[1](self, "__repr__")
+        return original_repr(self, tensor_contents=tensor_contents)
+
+    FakeTensor.__repr__ = __repr__
     FakeTensor._pcompile_reads = True
+
+
+def device_repr(t: torch.Tensor, host: torch.Tensor) -> str:
+    """torch's repr of the device tensor `t` if its memory held `host`'s values (a real CPU tensor
+    of t's shape and dtype): `tensor([0., 0.], device='cuda:0', requires_grad=True)`, as the GPU job
+    prints it, where FakeTensor's own repr is `FakeTensor(..., device='cuda:0', size=(2,))`.
+    The suffix rules are torch._tensor_str._str_intern's for a strided tensor."""
+    from torch._tensor_str import PRINT_OPTS, _add_suffixes, _tensor_str
+
+    prefix = "tensor("
+    suffixes = []
+    default = torch.get_default_device()
+    if not (default.type == t.device.type == "cuda" and torch.cuda.current_device() == t.device.index):
+        suffixes.append(f"device='{t.device}'")
+    if t.numel() == 0:
+        if t.dim() != 1:
+            suffixes.append(f"size={tuple(t.shape)}")
+        if t.dtype != torch.get_default_dtype():
+            suffixes.append(f"dtype={t.dtype}")
+        contents = "[]"
+    else:
+        if not PRINT_OPTS.edgeitems:
+            suffixes.append(f"size={tuple(t.shape)}")
+        complex_default = torch.cdouble if torch.get_default_dtype() == torch.double else torch.cfloat
+        if t.dtype not in (torch.get_default_dtype(), complex_default, torch.int64, torch.bool):
+            suffixes.append(f"dtype={t.dtype}")
+        contents = _tensor_str(host, len(prefix))
+    try:
+        grad_fn = t.grad_fn
+    except RuntimeError:  # torch prints "Invalid" for a view it cannot rebase
+        grad_fn = None
+    if grad_fn is not None:
+        name = type(grad_fn).__name__
+        suffixes.append(f"grad_fn=<{grad_fn.name().rsplit('::', 1)[-1] if name == 'CppFunction' else name}>")
+    elif t.requires_grad:
+        suffixes.append("requires_grad=True")
+    text = _add_suffixes(prefix + contents, suffixes, len(prefix), force_newline=False)
+    # A module's parameter moved to the device stays a Parameter to isinstance (its `_is_param` flag)
+    # while its class is FakeTensor: add what nn.Parameter.__repr__ adds.
+    if isinstance(t, torch.nn.Parameter) and not issubclass(type(t), torch.nn.Parameter):
+        return "Parameter containing:\n" + text
+    return text

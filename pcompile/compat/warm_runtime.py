@@ -8,9 +8,11 @@ made up into cached choices. Each function installs one adjustment and names the
 it relies on, one module per concern:
 
 - warm_fakes.py: the fake mode the script runs under, and script code on fakes;
+- warm_compiled_autograd.py: compiled autograd's capture on the script's fakes;
 - warm_launches.py: executing compiled code on fakes;
 - warm_timings.py: GPU timings asked for while compiling;
 - warm_training.py: DDP, GradScaler and the fake process group's store;
+- warm_uncached.py: graphs Inductor will not cache, and why;
 - warm_values.py: real values for tensors made from the script's host data;
 - this module: what they share, `check()` over all of them, and the compile windows and caches.
 
@@ -30,7 +32,7 @@ from pcompile.compat.gate import TORCH_RANGE as SUPPORTED  # one range for hooks
 CHECKED = {"torch": "2.11.0, 2.14.1, 2.15.0 (2.15: check() and tests/test_warm*.py)"}
 
 #: the warm modules whose check() this module's check() runs too
-CONCERNS = ("warm_fakes", "warm_launches", "warm_storage", "warm_timings", "warm_training", "warm_values")
+CONCERNS = ("warm_compiled_autograd", "warm_fakes", "warm_launches", "warm_storage", "warm_timings", "warm_training", "warm_uncached", "warm_values")
 
 # (module path, attribute) of every private symbol used below.
 PRIVATE_SYMBOLS: list[tuple[str, str]] = [
@@ -93,7 +95,8 @@ def check() -> list[str]:
 
 def during_inductor_compile(enter: Callable[[], None], leave: Callable[[], None]) -> None:
     """Call enter()/leave() around Inductor's joint-graph passes and each inner compile
-    (forward, and the lazily compiled backward), the windows where strict mode applies."""
+    (forward, and the lazily compiled backward), the windows where strict mode applies; torch's
+    counters are observed there too (observe_counters)."""
     import torch._inductor.compile_fx as cfx
 
     if marked(cfx._compile_fx_inner, "during_inductor_compile"):
@@ -102,11 +105,13 @@ def during_inductor_compile(enter: Callable[[], None], leave: Callable[[], None]
     def windowed(fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
         def inner(*args: Any, **kwargs: Any) -> Any:
+            observe_counters()
             enter()
             try:
                 return fn(*args, **kwargs)
             finally:
                 leave()
+                observe_counters()
 
         mark(inner, "during_inductor_compile")
         return inner
@@ -186,10 +191,40 @@ def triton_backend_hash() -> str:
     return str(triton_hash_with_backend())
 
 
-def counters() -> dict[str, dict[str, int]]:
+_last_counts: dict[str, dict[str, int]] = {}
+_banked_counts: dict[str, dict[str, int]] = {}
+
+
+def observe_counters() -> None:
+    """Note torch's compile counters now. A script may clear them (`torch._dynamo.utils.counters.clear()`,
+    as tutorials and torch's own TestCase do): a group whose every count is lower than at the last look
+    was cleared, and its counts seen before are banked, so the warm still adds up what it compiled
+    (a single lower count is a gauge torch sets, such as DDP's bucket count, not a clear). (Torch
+    replaces the per-group Counter objects itself while compiling, keeping their counts, so the
+    values are tracked, not the objects.)"""
     from torch._dynamo.utils import counters as c
 
-    return {k: dict(v) for k, v in c.items()}
+    now = {group: dict(counter) for group, counter in list(c.items())}
+    for group, last in _last_counts.items():
+        current = now.get(group, {})
+        seen = {name: n for name, n in last.items() if n > 0}
+        if seen and all(current.get(name, 0) < n for name, n in seen.items()):  # the group was cleared
+            bank = _banked_counts.setdefault(group, {})
+            for name, n in seen.items():
+                bank[name] = bank.get(name, 0) + n
+    _last_counts.clear()
+    _last_counts.update(now)
+
+
+def counters() -> dict[str, dict[str, int]]:
+    """Torch's compile counters over the whole warm, across any clear by the script (observe_counters)."""
+    observe_counters()
+    out = {group: dict(counts) for group, counts in _last_counts.items()}
+    for group, bank in _banked_counts.items():
+        into = out.setdefault(group, {})
+        for name, n in bank.items():
+            into[name] = into.get(name, 0) + n
+    return out
 
 
 def max_autotune_enabled() -> bool:

@@ -58,19 +58,21 @@ def check() -> list[str]:
     return gone
 
 
-def _new_address(nbytes: int) -> int:
-    """A fresh address for `nbytes`: from the virtual device's reserved space when it is loaded."""
+def _new_address(nbytes: int, device: int) -> int:
+    """A fresh address for `nbytes` on CUDA device `device`: from the virtual device's reserved
+    space when it is loaded, which it then reports as that device's memory (cuPointerGetAttribute,
+    what Triton's launcher asks of every pointer argument)."""
     if not _vdev_address:
         try:
-            fn = ctypes.CDLL("libcuda.so.1").pcompile_vdev_fake_address
-            fn.restype, fn.argtypes = ctypes.c_ulonglong, [ctypes.c_size_t]
+            fn = ctypes.CDLL("libcuda.so.1").pcompile_vdev_fake_address_on
+            fn.restype, fn.argtypes = ctypes.c_ulonglong, [ctypes.c_size_t, ctypes.c_int]
         except (OSError, AttributeError):  # no virtual device here (unit tests): a process-local counter
             fn = None
         _vdev_address.append(fn)
     fn = _vdev_address[0]
     size = max(ALIGN, -(-int(nbytes) // ALIGN) * ALIGN)
     if fn is not None:
-        addr = int(fn(size))
+        addr = int(fn(size, device))
         if addr:
             return addr
     with _lock:  # never reused
@@ -85,7 +87,7 @@ def storage_address(storage: Any) -> int:
     nbytes = storage.nbytes()
     held = getattr(storage, "_pcompile_addr", None)
     if held is None or nbytes > held[1]:
-        held = (_new_address(nbytes), nbytes)
+        held = (_new_address(nbytes, getattr(storage, "_pcompile_device", 0)), nbytes)
         storage._pcompile_addr = held
     return held[0]
 
@@ -105,6 +107,7 @@ def unique_addresses(owned: Callable[[Any], bool]) -> None:
         s = original_storage(self)
         if _route[0](self):
             s._pcompile_fake = True  # the Python storage object lives as long as the storage
+            s._pcompile_device = self.device.index or 0
         return s
 
     def storage_data_ptr(self: Any) -> int:

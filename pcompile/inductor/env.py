@@ -8,12 +8,17 @@ workers are separate processes that inherit the environment when the pool starts
   otherwise pick <inductor dir>/triton/<device index>, one copy per GPU of identical files);
 - TRITON_CACHE_MANAGER = pcompile's store-backed manager, unless the user set their own (then
   Triton kernels stay out of the store and pcompile says so once).
+
+Inductor hands these dirs to every compile job as it reads them at submit time (a script may
+change them while it runs); `for_outside_worker` keeps a warm's jobs inside its file sandbox.
 """
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from pcompile.config import Settings
+from pcompile.settings import WARM_SANDBOX_ACTIVE
 from pcompile.warn import warn_once
 
 ENV_INDUCTOR_DIR = "TORCHINDUCTOR_CACHE_DIR"
@@ -67,3 +72,31 @@ def set_triton_manager(manager_path: str) -> bool:
 def clear_triton_manager(manager_path: str) -> None:
     if os.environ.get(ENV_TRITON_MANAGER) == manager_path:
         del os.environ[ENV_TRITON_MANAGER]
+
+
+def _under(path: str, root: Path | None) -> bool:
+    if root is None:
+        return False
+    full, base = os.path.abspath(path), os.path.abspath(root)
+    return full == base or full.startswith(base + os.sep)
+
+
+def for_outside_worker(extra_env: dict[str, str | None], settings: Settings) -> dict[str, str | None]:
+    """A compile job's cache dirs as a worker outside this process's file sandbox may write them.
+
+    In a `pcompile warm` child (PCOMPILE_WARM_SANDBOX_ACTIVE set) only pcompile's own dirs are the
+    same inside the sandbox and out. A cache dir the script chose while it runs (torch's
+    `fresh_inductor_cache()` in cold-start benchmarks, a temp dir put in TORCHINDUCTOR_CACHE_DIR)
+    exists only in the sandbox's view, and the node pool's workers, which run outside it, would
+    create it on the real file system. Such a job writes into pcompile's own dirs instead: a worker
+    writes only the kernel's source and cubins there, which the warm is run to keep, and the
+    compiled kernel comes back to this process whichever dir the worker used."""
+    if not WARM_SANDBOX_ACTIVE.get():
+        return extra_env
+    mine = {ENV_INDUCTOR_DIR: inductor_dir(settings), ENV_TRITON_DIR: os.path.join(inductor_dir(settings), "triton")}
+    out = dict(extra_env)
+    for var, own in mine.items():
+        value = out.get(var)
+        if value and not (_under(value, settings.cache_dir) or _under(value, settings.shared_dir)):
+            out[var] = own
+    return out

@@ -30,6 +30,7 @@ from typing import Any
 from pcompile.compat import coordesc_ring, pool_hook
 from pcompile.config import Settings
 from pcompile.inductor import device_index, layer_keys, store_gateway, triton_jobs
+from pcompile.inductor import env as inductor_env
 from pcompile.keys.key import Key, KeyInputs
 from pcompile.pool import choose
 from pcompile.pool.choose import job_timeout, start_pool
@@ -129,7 +130,7 @@ class KernelRouter:
             return
         future = self.jobs.submit_job(
             triton_jobs.run_coordesc_ring,
-            (job.kernel_name, job.source, job.extra_env, job.extra_config, self.hook.triton_env(), steps),
+            (job.kernel_name, job.source, self._job_env(job), job.extra_config, self.hook.triton_env(), steps),
             weight=-1.0, timeout=self.timeout, label=f"{job.kernel_name} (tuner candidates)",
             fallback=lambda: [],
         )
@@ -198,7 +199,7 @@ class KernelRouter:
 
     def compile(self, job: Any, fp: dict[str, str] | None) -> Any:
         """A TritonResult from the pool, or from this process if the pool cannot deliver."""
-        env = None if self.kind == "ray" else job.extra_env
+        env = None if self.kind == "ray" else self._job_env(job)
         if self.kind == "ray" and job.extra_env.get("TRITON_LIBDEVICE_PATH"):
             return self._fallback(job)  # a custom libdevice path exists only on this host
         future = self.jobs.submit_job(
@@ -219,6 +220,10 @@ class KernelRouter:
             warn_once("software", f"pcompile: a worker runs other software ({result.software}) than this process; compiling in-process", logger=log)
             return self._fallback(job)
         return result
+
+    def _job_env(self, job: Any) -> dict[str, str | None]:
+        """The job's cache dirs; the node daemon's workers run outside a warm's file sandbox."""
+        return inductor_env.for_outside_worker(job.extra_env, self.settings) if self.kind == "node" else job.extra_env
 
     def _fallback(self, job: Any) -> Any:
         self._count("fallback")

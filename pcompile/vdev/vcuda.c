@@ -899,6 +899,21 @@ CUresult cuCtxPopCurrent_v2(CUcontext *c) { return cuCtxPopCurrent(c); }
 CUresult cuCtxGetLimit(size_t *v, int limit) { (void)limit; if (v) *v = 0; return CUDA_SUCCESS; }
 CUresult cuCtxSetLimit(int limit, size_t v) { (void)limit; (void)v; return CUDA_SUCCESS; }
 
+/* torch (c10::cuda::CUDAErrorLogCapture, 2.14 on) registers a driver-log callback at CUDA init, to
+ * add the driver's own message to a CUDA error. The virtual device writes no driver logs: the
+ * callback is accepted and never called. Refused, it showed as a refused call in every warm. */
+static char g_logs_handle;
+CUresult cuLogsRegisterCallback(void *callback, void *user_data, void **handle_out) {
+  (void)callback; (void)user_data;
+  COUNT(cuLogsRegisterCallback);
+  if (handle_out) *handle_out = &g_logs_handle;
+  return CUDA_SUCCESS;
+}
+CUresult cuLogsUnregisterCallback(void *handle) {
+  COUNT(cuLogsUnregisterCallback);
+  return handle == &g_logs_handle ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
 CUresult cuGetErrorString(CUresult e, const char **s) {
   COUNT(cuGetErrorString);
   if (!s) return CUDA_ERROR_INVALID_VALUE;

@@ -48,7 +48,7 @@ enum {
   X(cuDeviceTotalMem) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxGetState) \
   X(cuDevicePrimaryCtxRetain) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice) \
   X(cuCtxSynchronize) X(cuModuleLoadData) X(cuModuleGetFunction) X(cuModuleUnload) \
-  X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuFuncSetCacheConfig) X(cuGetErrorString) \
+  X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuFuncSetCacheConfig) X(cuGetErrorString) X(cuLogsRegisterCallback) X(cuLogsUnregisterCallback) \
   X(cuLaunchKernel) X(cuOccupancyMaxActiveClusters) X(cuPointerGetAttribute) X(cuStreamIsCapturing) X(not_supported) \
   X(cudaStreamBeginCapture) X(cudaStreamEndCapture) X(cudaGraphInstantiate) X(cudaGraphLaunch) \
   X(cudaGraphDestroy) X(cudaGraphExecDestroy) X(cuMemCreate) X(cuMemMap) X(cuMemUnmap) X(cuMemRelease) \
@@ -71,7 +71,8 @@ int pcompile_vdev_unsupported(const char *name);
 
 /* Host-backed memory table: every block the device handed out, by kind, so pointer queries and
  * frees can tell ours from foreign pointers (a foreign pointer is refused, never unmapped). */
-enum { BLOCK_DEVICE = 0, BLOCK_HOST = 1, BLOCK_RESERVED = 2 };
+enum { BLOCK_DEVICE = 0, BLOCK_HOST = 1, BLOCK_RESERVED = 2,
+       BLOCK_FAKE = 3 /* address space behind the warm's fake tensors (vvmm.c): device memory to pointer queries */ };
 void vdev_add_block(void *start, size_t size, int kind, int dev);
 /* removes the block starting exactly at `start` of `kind`; returns its size, 0 when there is none */
 size_t vdev_remove_block(void *start, int kind);

@@ -222,27 +222,37 @@ CUresult cuDeviceGetPCIBusId(char *buf, int len, CUdevice dev) { return cudaDevi
 /* ---------------------------------------------------------------- synthetic addresses --- */
 #define FAKE_CHUNK (1ull << 40) /* address space reserved at a time: 1 TiB, PROT_NONE, costs nothing */
 #define FAKE_ALIGN 512ull       /* what the CUDA caching allocator aligns blocks to */
+#define FAKE_DEVICES 64         /* vcuda.c's MAX_DEVICES */
 static pthread_mutex_t g_fake_lock = PTHREAD_MUTEX_INITIALIZER;
-static uintptr_t g_fake_next, g_fake_end;
+static uintptr_t g_fake_next[FAKE_DEVICES], g_fake_end[FAKE_DEVICES];
 
-/* A distinct device address for `nbytes` that no allocation of this process will ever get: taken
- * from reserved, never-mapped address space; never reused. 0 when address space runs out. */
-unsigned long long pcompile_vdev_fake_address(size_t nbytes) {
+/* A distinct device address for `nbytes` on device `dev` that no allocation of this process will
+ * ever get: taken from reserved, never-mapped address space; never reused. 0 when address space
+ * runs out. Each device's chunks are listed as its memory (BLOCK_FAKE), so pointer queries answer
+ * for them as for a cudaMalloc'd block: a user-defined Triton kernel launched eagerly on fake
+ * tensors passes its launcher's "is this device memory" check (cuPointerGetAttribute). */
+unsigned long long pcompile_vdev_fake_address_on(size_t nbytes, int dev) {
   COUNT(fake_address);
+  if (dev < 0 || dev >= FAKE_DEVICES) return 0;
   size_t need = round_up(nbytes ? nbytes : 1, FAKE_ALIGN);
   pthread_mutex_lock(&g_fake_lock);
-  if (g_fake_next + need > g_fake_end || !g_fake_next) {
+  if (g_fake_next[dev] + need > g_fake_end[dev] || !g_fake_next[dev]) {
     size_t chunk = need > FAKE_CHUNK ? round_up(need, FAKE_CHUNK) : FAKE_CHUNK;
     void *r = mmap(NULL, chunk, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (r == MAP_FAILED) {
       pthread_mutex_unlock(&g_fake_lock);
       return 0;
     }
-    g_fake_next = (uintptr_t)r;
-    g_fake_end = g_fake_next + chunk;
+    vdev_add_block(r, chunk, BLOCK_FAKE, dev);
+    g_fake_next[dev] = (uintptr_t)r;
+    g_fake_end[dev] = g_fake_next[dev] + chunk;
   }
-  uintptr_t a = g_fake_next;
-  g_fake_next += need;
+  uintptr_t a = g_fake_next[dev];
+  g_fake_next[dev] += need;
   pthread_mutex_unlock(&g_fake_lock);
   return a;
+}
+/* The same on this thread's current device. */
+unsigned long long pcompile_vdev_fake_address(size_t nbytes) {
+  return pcompile_vdev_fake_address_on(nbytes, vdev_current_device());
 }

@@ -134,11 +134,13 @@ def _predict_winner(autotuner: Any, report: dict[str, Any]) -> bool:
 def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict) -> Any:
     """Install every compat adjustment; returns the FakeTensorMode the script runs under."""
     from pcompile.inductor.graph_normalize import normalize_placeholder_types
+    from pcompile.compat import warm_compiled_autograd as compiled_autograd
     from pcompile.compat import warm_fakes as fakes
     from pcompile.compat import warm_launches as launches
     from pcompile.compat import warm_runtime as runtime
     from pcompile.compat import warm_timings as timings
     from pcompile.compat import warm_training as training
+    from pcompile.compat import warm_uncached as uncached
     from pcompile.compat import warm_values as values
     from pcompile.warm import reads
 
@@ -168,6 +170,7 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
     launches.fold_constants_on_cpu()
     launches.placeholder_repr_for_device_tensors()
     training.grad_scaler_assumes_finite()
+    compiled_autograd.capture_outside_the_script_mode()
     report["cudagraphs_skipped"] = 0
 
     def on_cudagraph_skip() -> None:
@@ -184,6 +187,12 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
     def on_unpublished(layer: str) -> None:
         report["left_for_gpu_tuning"][layer] = report["left_for_gpu_tuning"].get(layer, 0) + 1
 
+    report["fx_cache_bypassed"] = {}
+
+    def on_bypass(reason: str) -> None:
+        report["fx_cache_bypassed"][reason] = report["fx_cache_bypassed"].get(reason, 0) + 1
+
+    uncached.on_fx_cache_bypass(on_bypass)
     timings.fake_gpu_timings(on_fake)
     timings.keep_tuned_graphs_unpublished(on_unpublished)
     runtime.during_inductor_compile(strict.enter, strict.leave)
@@ -295,6 +304,7 @@ def run(spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     progress_file = settings.WARM_PROGRESS.get()
 
     def on_step(k: int, elapsed: float) -> None:
+        compat.observe_counters()  # a script may clear torch's counters between steps
         if progress_file:
             with open(progress_file, "a") as fh:
                 fh.write(f"{k} {elapsed:.3f}\n")

@@ -2,7 +2,7 @@
 
 The warm runs the script's CPU code for real; only CUDA tensors are virtual (fakes, no values).
 Reading one back -- `.item()`, `float()`, `int()`, `bool()`, `.tolist()`, `.cpu()`, a copy into a
-CPU tensor, an op whose output depends on values -- behaves as if **the virtual GPU's memory held
+CPU tensor, `print(t)`/`str(t)`, an op whose output depends on values -- behaves as if **the virtual GPU's memory held
 zeros**: `.item()` is 0.0 / 0 / False by dtype, `.cpu()` is a real CPU tensor of zeros with the
 right shape, dtype and strides, `nonzero()` is empty. Zero, not NaN: scripts stop on non-finite
 losses (`if not math.isfinite(loss)`), and zero keeps every format, comparison and running sum
@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from pcompile.compat.warm_fakes import zeros_like_on_cpu  # the fakes need it too, a floor below
+from pcompile.compat.warm_fakes import device_repr, zeros_like_on_cpu  # the fakes need it too, a floor below
 
 _LIB_MARKERS = (os.sep + "torch" + os.sep, os.sep + "pcompile" + os.sep, os.sep + "triton" + os.sep,
                 os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep, os.sep + "lib" + os.sep + "python")
@@ -104,6 +104,13 @@ def read_fake(tensor: torch.Tensor, how: str) -> Any:
     from pcompile.compat.warm_values import value_of
 
     real = value_of(tensor)
+    if how == "__repr__":  # print(t), str(t), f"{t}": torch's repr of the GPU tensor, with its values
+        if real is None and tensor.numel():
+            record("print/repr")
+        # zeros as one expanded element: torch prints only the edges of a large tensor, so
+        # printing a 10 GB activation must not allocate 10 GB of host zeros
+        zeros = torch.zeros((), dtype=tensor.dtype).expand(tuple(tensor.shape))
+        return device_repr(tensor, real if real is not None else zeros)
     if real is not None:  # made from the script's own host data: its real values, not counted
         return getattr(real, how)()
     record(how)

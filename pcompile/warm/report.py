@@ -88,6 +88,11 @@ def report_lines(result: Any, check: bool = False) -> list[str]:
             why = f"; no prediction: {'; '.join(reasons)}" if reasons else ""
             out.append(f"not warmed: autotune winners of {len(unsel) - n_pred} kernels with several configs "
                        f"(all configs compiled; the GPU job benchmarks once, then caches{why})")
+    bypassed = r.get("fx_cache_bypassed") or {}
+    if bypassed:
+        why = "; ".join(f"{reason} x{n}" for reason, n in sorted(bypassed.items(), key=lambda kv: -kv[1])[:3])
+        out.append(f"not warmed: {sum(bypassed.values())} graphs Inductor does not cache ({why}); the GPU job compiles "
+                   "them again, only their Triton kernels come from the cache")
     if r.get("cudagraphs_skipped"):
         out.append(f"not warmed: CUDA graph capture of {r['cudagraphs_skipped']} graphs (reduce-overhead, max-autotune: triton.cudagraphs) happens on the GPU's first runs; the graphs themselves are warmed")
     if r.get("pad_mm_guessed"):

@@ -1,5 +1,6 @@
 """A training script exercising the virtual device: storage identity, copies, CUDA graphs, the
-allocator setting and event timing (pcompile issue 25, classes 6-10)."""
+allocator setting and event timing (pcompile issue 25, classes 6-10), and an eager launch of a
+user-defined Triton kernel."""
 import os
 
 os.environ.setdefault("PYTORCH_ALLOC_CONF", "expandable_segments:True")  # class 9: set by the script itself
@@ -75,6 +76,23 @@ ms = start.elapsed_time(end)
 tokens_per_s = static_idx.numel() / (ms / 1000)
 assert ms > 0 and tokens_per_s > 0
 print(f"class10 ok: {ms:.3f} ms")
+
+# a user-defined Triton kernel launched eagerly (outside torch.compile) on virtual tensors: its
+# launcher asks the driver whether each pointer argument is device memory
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+src = model.body[0].weight.detach().reshape(-1)
+dst = torch.empty_like(src)
+scale_kernel[(triton.cdiv(src.numel(), 256),)](src, dst, src.numel(), BLOCK=256)
+print("triton ok: eager launch on", dst.device)
 
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 step = torch.compile(model)
