@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pcompile import settings
+
 # cudaDeviceProp offsets (CUDA 13 layout, as vcuda.c reads them)
 _OFF_MEM, _OFF_MAJOR, _OFF_MINOR = 288, 360, 364
 _OFF_PCI_BUS, _OFF_PCI_DEVICE, _OFF_PCI_DOMAIN = 568, 572, 576
@@ -41,7 +43,7 @@ class Gpu:
 def _devices(env: dict[str, str]) -> tuple[list[Gpu], str, str]:
     """(devices, driver release, CUDA version) from the flat profile the virtual device reads."""
     fields: dict[str, str] = {}
-    with open(env["PCOMPILE_VDEV_PROFILE"]) as fh:
+    with open(settings.VDEV_PROFILE.get(env)) as fh:
         for line in fh:
             key, _, value = line.rstrip("\n").partition(" ")
             fields.setdefault(key, value)
@@ -52,7 +54,7 @@ def _devices(env: dict[str, str]) -> tuple[list[Gpu], str, str]:
     gpus = [Gpu(i, fields["name"], mib, f"{i32(_OFF_MAJOR)}.{i32(_OFF_MINOR)}",
                 f"{i32(_OFF_PCI_DOMAIN):08X}:{i32(_OFF_PCI_BUS) + i:02X}:{i32(_OFF_PCI_DEVICE):02X}.0",
                 f"GPU-00000000-0000-0000-0000-0000000000{i:02d}")  # vnvml.c's nvmlDeviceGetUUID
-            for i in range(int(env.get("PCOMPILE_VDEV_DEVICES", "1")))]
+            for i in range(settings.VDEV_DEVICES.get(env))]
     return gpus, fields.get("driver_release", "pcompile-virtual"), f"{cuda // 1000}.{cuda % 1000 // 10}"
 
 
