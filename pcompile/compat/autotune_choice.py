@@ -7,12 +7,15 @@ not benchmark is the prediction: for reductions, the pick of
 kernels, the first config (what `autotune_pointwise=False` uses). The prediction is saved through
 the kernel's own `AutotuneCache.save` (same JSON, same remote key) with the local file and the
 mega-cache artifact switched off for that call, so only pcompile's store sees it, and there under
-a key of its own (`store_adapter.predicting`), never as a measured winner.
+a key of its own (`store_adapter.predicting`), never as a measured winner. A user-defined
+`@triton.autotune` kernel gets none: Inductor has no no-benchmark choice for it, and its first
+config is only the author's first guess.
 
 Touched (torch 2.11.0 and 2.14.1, both checked):
   torch._inductor.runtime.triton_heuristics.{CachingAutotuner.save_cache_hook (bound
       AutotuneCache.save), .launchers, .compile_results, .configs, .inductor_meta,
-      filter_reduction_configs_for_determinism}
+      .heuristic_type, filter_reduction_configs_for_determinism}
+  torch._inductor.runtime.hints.HeuristicType.USER_AUTOTUNE
   torch._inductor.runtime.autotune_cache.AutotuneCache.{save, local_cache, remote_cache,
       _record_artifact (2.14; 2.11 records mega-cache artifacts only inside the local branch)}
 """
@@ -30,6 +33,7 @@ PRIVATE = ("torch._inductor.runtime.triton_heuristics.CachingAutotuner.save_cach
            "torch._inductor.runtime.triton_heuristics.CachingAutotuner.compile_results",
            "torch._inductor.runtime.triton_heuristics.CachingAutotuner.configs",
            "torch._inductor.runtime.triton_heuristics.CachingAutotuner.inductor_meta",
+           "torch._inductor.runtime.triton_heuristics.CachingAutotuner.heuristic_type",
            "torch._inductor.runtime.autotune_cache.AutotuneCache.save",
            "torch._inductor.runtime.autotune_cache.AutotuneCache.local_cache",
            "torch._inductor.runtime.autotune_cache.AutotuneCache.remote_cache",
@@ -43,6 +47,9 @@ def check() -> None:
 
     require_attr(triton_heuristics, "filter_reduction_configs_for_determinism", "triton_heuristics")
     require_attr(triton_heuristics, "CachingAutotuner", "triton_heuristics")
+    from torch._inductor.runtime import hints
+
+    require_attr(require_attr(hints, "HeuristicType", "hints"), "USER_AUTOTUNE", "HeuristicType")
     cache_cls = require_attr(autotune_cache, "AutotuneCache", "autotune_cache")
     for name in ("save", "read_best"):  # _record_artifact: 2.14 only (2.11 records inside the local branch)
         require_attr(cache_cls, name, "AutotuneCache")
@@ -78,6 +85,9 @@ def why_not(autotuner: Any) -> str | None:
         return "no remote autotune cache (pcompile's store is not Inductor's autotune backend in this process)"
     if len(_candidates(autotuner)) < 2:
         return "one config"
+    if getattr(getattr(autotuner, "heuristic_type", None), "name", None) == "USER_AUTOTUNE":
+        # Inductor has no no-benchmark choice for these: the author's configs are timed, as stock does
+        return "a user-defined @triton.autotune kernel (the GPU job times its configs, as stock does)"
     if (getattr(autotuner, "inductor_meta", None) or {}).get("coordinate_descent_tuning"):
         return "coordinate descent tuning (its result depends on timings)"
     return None
