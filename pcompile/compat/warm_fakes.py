@@ -27,6 +27,9 @@ PRIVATE_SYMBOLS: list[tuple[str, str]] = [
     ("torch._tensor_str", "_tensor_str"),
     ("torch._tensor_str", "_add_suffixes"),
     ("torch._tensor_str", "PRINT_OPTS"),
+    ("torch._subclasses.fake_tensor.FakeTensorMode", "create_symbolic_nested_int"),
+    ("torch.nested._internal.nested_int", "NestedIntNode"),
+    ("torch.nested._internal.nested_tensor", "_tensor_id_counter"),
 ]
 
 
@@ -172,6 +175,24 @@ def new_fake_mode(on_host_read: Callable[[str], None]) -> Any:
                 return x
 
             return tree_map(back, out)
+
+        def create_symbolic_nested_int(self, *, nt_tensor_id: int | None = None) -> Any:
+            """The ragged size of a nested jagged tensor built from CUDA fakes, as eager gives it.
+
+            FakeTensorMode makes it a symbol of its ShapeEnv (tracing's view), and this mode has
+            none: the script's fakes stand for eager GPU tensors, so `torch.nested.nested_tensor(...,
+            layout=torch.jagged)` on cuda failed ("self.shape_env must not be None"). Eager's is a
+            plain nested int numbered from nested_tensor's own counter (get_tensor_symint); Dynamo
+            and FakeTensor.get_nested_int memoise it per offsets tensor as they do eager's."""
+            if self.shape_env is not None:
+                return super().create_symbolic_nested_int(nt_tensor_id=nt_tensor_id)
+            from torch.nested._internal import nested_tensor
+            from torch.nested._internal.nested_int import NestedIntNode
+
+            if nt_tensor_id is None:
+                nt_tensor_id = nested_tensor._tensor_id_counter
+                nested_tensor._tensor_id_counter += 1
+            return torch.SymInt(NestedIntNode(nt_tensor_id, 1))
 
     return DeviceScopedFakeMode(allow_non_fake_inputs=True)
 

@@ -201,6 +201,10 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
         runtime.dump_aot_keys(settings.AOT_KEY_DUMP.get())
     mode = fakes.new_fake_mode(reads.record)
     fakes.fake_scalar_reads(lambda t: getattr(t, "fake_mode", None) is mode, reads.read_fake)
+    from pcompile.compat import warm_nested
+
+    warm_nested.uniform_inner_tensors(lambda t: getattr(t, "fake_mode", None) is mode)
+    warm_nested.eager_ragged_sizes(lambda t: getattr(t, "fake_mode", None) is mode)
     from pcompile.compat import warm_storage
 
     warm_storage.install(mode)  # distinct data_ptr()s, deepcopy/clone of fakes (vdev classes 6, 7)
