@@ -58,3 +58,35 @@ def test_nested_jagged_batches_warm_a_compiled_sdpa_block(tmp_path: Path) -> Non
     # the ragged sizes are the host's: (3, 5, 2) then (3, 5, 3) rows, 2 heads of 8
     assert "padded (3, 5, 16) max 5" in log, log[-3000:]
     assert res["written"]["fxgraph"] >= 2 and res["written"]["triton"] >= 1, res
+
+
+STRIDED = textwrap.dedent("""\
+    import torch
+    from torch.profiler import profile, ProfilerActivity
+
+    lin = torch.nn.Linear(8, 8).cuda()
+    nt = torch.nested.nested_tensor([torch.randn(n, 8, device="cuda") for n in (2, 3)])  # strided layout
+    try:
+        lin(nt)
+    except RuntimeError as e:
+        print("eager op on the nested tensor refused:", type(e).__name__)
+    f = torch.compile(lambda t: torch.relu(lin(t)))
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
+        f(torch.randn(4, 8, device="cuda"))
+    print("done")
+    """)
+
+
+def test_strided_nested_tensor_and_cuda_profiler_run_quietly(tmp_path: Path) -> None:
+    """A strided nested tensor of CUDA tensors (no fake can hold one) is made on the host and named in the
+    summary; a profiler asking for CUDA activities prints no CUPTI warning (a GPU host prints none)."""
+    (tmp_path / "train.py").write_text(STRIDED)
+    cmd = [sys.executable, "-m", "pcompile.cli.main", "warm", "train.py", "--target", "h100",
+           "--cache-dir", str(tmp_path / "cache"), "--steps", "all"]
+    env = dict(os.environ, PCOMPILE_PROGRESS="0", PCOMPILE_DISABLE="1")
+    env.pop("KINETO_LOG_LEVEL", None)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=str(tmp_path))
+    log = out.stdout + out.stderr
+    assert out.returncode == 0 and "done" in log, log[-4000:]
+    assert "train.py:5: 1x aten._nested_tensor_from_tensor_list.default (a fake cannot hold it: ran on CPU)" in log, log[-3000:]
+    assert "CUPTI" not in log, log[-3000:]

@@ -22,6 +22,7 @@ PRIVATE_SYMBOLS: list[tuple[str, str]] = [
     ("torch._subclasses.fake_tensor", "unset_fake_temporarily"),
     ("torch._subclasses.fake_tensor", "DataDependentOutputException"),
     ("torch._subclasses.fake_tensor", "DynamicOutputShapeException"),
+    ("torch._subclasses.fake_tensor", "UnsupportedOperatorException"),
     ("torch._utils", "_rebuild_tensor_v2"),
     ("torch._meta_registrations", "meta_scaled_mm"),
     ("torch._tensor_str", "_tensor_str"),
@@ -72,7 +73,7 @@ def new_fake_mode(on_host_read: Callable[[str], None]) -> Any:
     fake modes, so Dynamo's own fake mode replaces it while tracing and compiling (a user-level
     dispatch mode would be seen by, and disable, torch.compile)."""
     from torch._subclasses.fake_tensor import (DataDependentOutputException, DynamicOutputShapeException, FakeTensor,
-                                               FakeTensorMode)
+                                               FakeTensorMode, UnsupportedOperatorException)
     from torch.utils._pytree import tree_flatten, tree_map
 
     from pcompile.compat import warm_values as values
@@ -124,6 +125,12 @@ def new_fake_mode(on_host_read: Callable[[str], None]) -> Any:
                 if ok:
                     return values.to_fakes(self, cpu)
                 return self._on_host(func, args, kwargs, f"{func} (depends on values)", to_device=True)
+            except UnsupportedOperatorException:
+                if depth:
+                    raise
+                # no fake can hold the result (a strided nested tensor: torch.nested.nested_tensor
+                # of CUDA tensors without layout=torch.jagged); run it on the host, as for values
+                return self._on_host(func, args, kwargs, f"{func} (a fake cannot hold it: ran on CPU)", to_device=True)
             finally:
                 local.depth = depth
             if depth:
@@ -169,7 +176,7 @@ def new_fake_mode(on_host_read: Callable[[str], None]) -> Any:
                 return out
 
             def back(x: Any) -> Any:
-                if isinstance(x, torch.Tensor):
+                if isinstance(x, torch.Tensor) and not x.is_nested:  # no fake holds a strided nested tensor
                     with self:
                         return torch.empty_strided(tuple(x.shape), x.stride(), dtype=x.dtype, device="cuda")
                 return x
