@@ -350,3 +350,31 @@ def test_wrapper_realignment_of_a_fake_reads_no_device_pointer(capfd):
         assert copied.storage_offset() * copied.element_size() % 16 == 0
     finally:
         torch._C._set_warnAlways(always)
+
+
+def test_aot_cache_bypass_reason_is_read_and_named_in_the_summary():
+    """AOTAutograd's cache bypasses a graph whose key it cannot pickle (a nested jagged tensor input);
+    torch only logs why. The warm reads that reason and names it instead of guessing (DDP's graphs)."""
+    from types import SimpleNamespace
+
+    from pcompile.compat import warm_uncached
+    from pcompile.warm import report
+
+    seen: list[str] = []
+    warm_uncached.on_aot_cache_bypass(seen.append)
+    torch._dynamo.reset()
+    lin = torch.nn.Linear(4, 4)
+    try:
+        x = torch.nested.nested_tensor([torch.randn(n, 4) for n in (2, 3)], layout=torch.jagged)
+        torch.compile(lambda t: torch.relu(lin(t)))(x).values().sum().backward()
+    finally:
+        torch._dynamo.reset()
+        warm_uncached.on_aot_cache_bypass(lambda reason: None)
+    assert seen == ["Failed to pickle cache key"], seen
+    result = SimpleNamespace(report={"status": "completed", "counters": {"aot_autograd": {"autograd_cache_bypass": 1}},
+                                     "aot_cache_bypassed": {seen[0]: 1}}, seconds=1.0,
+                             profile=SimpleNamespace(name="H100", arch="sm_90"), written={}, cache_dir="c", lookups=None,
+                             worker_vdev=[], version_warnings=[])
+    lines = [ln for ln in report.report_lines(result) if "AOTAutograd of" in ln]
+    assert lines == ["not warmed: AOTAutograd of 1 graphs (torch's reason: Failed to pickle cache key x1; the GPU job "
+                     "traces them again, then hits their FX graphs and kernels)"], lines

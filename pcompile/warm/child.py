@@ -193,6 +193,12 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
         report["fx_cache_bypassed"][reason] = report["fx_cache_bypassed"].get(reason, 0) + 1
 
     uncached.on_fx_cache_bypass(on_bypass)
+    report["aot_cache_bypassed"] = {}
+
+    def on_aot_bypass(reason: str) -> None:
+        report["aot_cache_bypassed"][reason] = report["aot_cache_bypassed"].get(reason, 0) + 1
+
+    uncached.on_aot_cache_bypass(on_aot_bypass)
     timings.fake_gpu_timings(on_fake)
     timings.keep_tuned_graphs_unpublished(on_unpublished)
     runtime.during_inductor_compile(strict.enter, strict.leave)

@@ -66,7 +66,10 @@ def report_lines(result: Any, check: bool = False) -> list[str]:
                f"{w.get('triton', 0)} Triton cubins" + (f" (AOTAutograd saves through all caches: {aot_saved})" if aot_saved != w.get("aotautograd", 0) else ""))
     bypassed = _c(r, "aot_autograd", "autograd_cache_bypass")
     if bypassed:  # torch's own choice (e.g. DDPOptimizer's split graphs): the GPU job bypasses them too
-        out.append(f"not warmed: AOTAutograd of {bypassed} graphs (torch does not cache them, e.g. DDP's bucket-split graphs; "
+        reasons = r.get("aot_cache_bypassed") or {}
+        why = ("torch's reason: " + "; ".join(f"{k} x{n}" for k, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:3])
+               if reasons else "torch does not cache them, e.g. DDP's bucket-split graphs")
+        out.append(f"not warmed: AOTAutograd of {bypassed} graphs ({why}; "
                    "the GPU job traces them again, then hits their FX graphs and kernels)")
     v = r.get("vdev", {})
     worker_calls = sum(int(s.get("launch", 0)) for s in result.worker_vdev)
