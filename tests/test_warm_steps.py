@@ -146,3 +146,42 @@ def test_warm_of_an_accumulating_script_runs_whole_steps(tmp_path):
     assert "finished step 1" in log and "finished step 2" not in log
     assert rep["counters"]["inductor"]["fxgraph_cache_miss"] == 1  # the compiled code after the loop
     assert any(ln.startswith("warm done: 2 steps (8 backward calls)") for ln in res["lines"]), res["lines"]
+
+
+TEARDOWN = """\
+import torch
+model = torch.nn.LayerNorm(8).cuda()  # saves its weight itself for the backward
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+def fit():
+    for step in range(10):
+        loss = model(torch.randn(2, 8, device="cuda")).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+try:
+    fit()
+except BaseException:  # a framework's handler: Lightning's teardown moves the model to the CPU
+    model.cpu()
+    raise
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the virtual device is Linux-only")
+def test_a_cleanup_that_fails_on_the_interrupted_step_is_no_script_failure(tmp_path):
+    """The stop interrupts step 3 with its autograd graph alive (the traceback keeps `loss`), so the
+    handler's `model.cpu()` met parameters the graph still holds, and the warm's in-place swap
+    refused them ("Couldn't swap LayerNorm.weight"): the warm failed after 2 good steps. An error that
+    arises while the stop propagates is the stop's: the warm is done, and says what the cleanup raised."""
+    (tmp_path / "train.py").write_text(TEARDOWN)
+    cmd = [sys.executable, "-m", "pcompile.cli.main", "warm", "train.py", "--target", "h100",
+           "--cache-dir", str(tmp_path / "cache"), "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=str(tmp_path),
+                         env=dict(os.environ, PCOMPILE_PROGRESS="0", PCOMPILE_DISABLE="1"))
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
+    res = json.loads([ln for ln in out.stdout.splitlines() if ln.startswith("{")][-1])
+    assert res["report"]["status"] == "stopped" and res["report"]["steps_done"] == 2, res["report"]
+    assert any(ln.startswith("after the stop, the script's cleanup raised RuntimeError") for ln in res["lines"]), res["lines"]
