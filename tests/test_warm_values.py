@@ -171,3 +171,33 @@ def test_torch_tensor_made_on_the_device_keeps_its_values(tmp_path):
         assert f"step {step}: {41 + step} 6 {[40 + step, 2 * (40 + step), 3 * (40 + step)]}" in log, log[-3000:]
     assert "zero length" not in log
     assert res["report"]["reads"]["total"] == 0, res["report"]["reads"]
+
+
+BREAK_SCRIPT = textwrap.dedent("""\
+    import torch
+
+    @torch.compile
+    def f(x, mask):  # nn.Transformer's _detect_is_causal_mask, inside a compiled forward
+        causal = torch.triu(torch.full((4, 4), float("-inf"), device=mask.device), diagonal=1)
+        if bool((mask == causal).all()):  # graph break: the read runs eagerly, mid-function
+            return x + 1
+        return x - 1
+
+    mask = torch.triu(torch.full((4, 4), float("-inf")), diagonal=1).to("cuda")
+    for step in range(2):
+        x = torch.randn(4, device="cuda", requires_grad=True)
+        f(x, mask).sum().backward()
+    """)
+
+
+def test_a_read_after_a_graph_break_is_not_compiled(tmp_path):
+    """A read of a virtual value runs pcompile's Python code where the GPU runs a C method; run
+    eagerly inside a compiled function (after its graph break), Dynamo tried to compile the read's
+    frames and warned "Dynamo does not know how to trace the builtin `sys._getframe`"."""
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "train.py").write_text(BREAK_SCRIPT)
+    code, res, log = warm(job, tmp_path / "cache")
+    assert code == 0, log[-3000:]
+    assert "_getframe" not in log and "UserWarning" not in log, log[-3000:]
+    assert [ln["line"] for ln in res["report"]["reads"]["lines"]] == [6], res["report"]["reads"]
