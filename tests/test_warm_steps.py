@@ -129,18 +129,23 @@ for step in range(10):
 """
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="the virtual device is Linux-only")
-def test_warm_of_an_accumulating_script_runs_whole_steps(tmp_path):
+def _warm(tmp_path: Path, script: str) -> tuple[dict, str]:
+    """`pcompile warm train.py --json` of `script` in a job dir; (its JSON result, its output)."""
     job = tmp_path / "job"
     job.mkdir()
-    (job / "train.py").write_text(textwrap.dedent(ACCUMULATING))
+    (job / "train.py").write_text(script)
     cmd = [sys.executable, "-m", "pcompile.cli.main", "warm", "train.py", "--target", "h100",
            "--cache-dir", str(tmp_path / "cache"), "--json"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=str(job),
                          env=dict(os.environ, PCOMPILE_PROGRESS="0", PCOMPILE_DISABLE="1"))
     log = out.stdout + out.stderr
     assert out.returncode == 0, log[-3000:]
-    res = json.loads([ln for ln in out.stdout.splitlines() if ln.startswith("{")][-1])
+    return json.loads([ln for ln in out.stdout.splitlines() if ln.startswith("{")][-1]), log
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the virtual device is Linux-only")
+def test_warm_of_an_accumulating_script_runs_whole_steps(tmp_path):
+    res, log = _warm(tmp_path, textwrap.dedent(ACCUMULATING))
     rep = res["report"]
     assert rep["steps_done"] == 2 and rep["backward_calls"] == 8, rep
     assert "finished step 1" in log and "finished step 2" not in log
@@ -174,14 +179,7 @@ def test_a_cleanup_that_fails_on_the_interrupted_step_is_no_script_failure(tmp_p
     handler's `model.cpu()` met parameters the graph still holds, and the warm's in-place swap
     refused them ("Couldn't swap LayerNorm.weight"): the warm failed after 2 good steps. An error that
     arises while the stop propagates is the stop's: the warm is done, and says what the cleanup raised."""
-    (tmp_path / "train.py").write_text(TEARDOWN)
-    cmd = [sys.executable, "-m", "pcompile.cli.main", "warm", "train.py", "--target", "h100",
-           "--cache-dir", str(tmp_path / "cache"), "--json"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=str(tmp_path),
-                         env=dict(os.environ, PCOMPILE_PROGRESS="0", PCOMPILE_DISABLE="1"))
-    log = out.stdout + out.stderr
-    assert out.returncode == 0, log[-3000:]
+    res, log = _warm(tmp_path, TEARDOWN)
     assert "Traceback" not in log, log[-3000:]
-    res = json.loads([ln for ln in out.stdout.splitlines() if ln.startswith("{")][-1])
     assert res["report"]["status"] == "stopped" and res["report"]["steps_done"] == 2, res["report"]
     assert any(ln.startswith("after the stop, the script's cleanup raised RuntimeError") for ln in res["lines"]), res["lines"]
