@@ -150,3 +150,35 @@ def test_collectives_torch_gave_no_meta_kernel_run_on_the_fake_group(tmp_path):
     rc, res, log = warm(script, tmp_path / "cache", "--world-size", "2", env={"PCOMPILE_DISABLE": "1"})
     assert rc == 0, log[-3000:]
     assert "coalesced step 1" in log and res["report"]["steps_done"] == 2
+
+
+@pytest.mark.xfail(strict=True, reason="open: Dynamo's resume frame after a graph break in a DDP-compiled forward "
+                   "refuses the script's fake (InternalTorchDynamoError '`tensor` needs to be a FakeTensor wrapped by this "
+                   "instance of Dynamo'); Lightning's DDP strategy with lightning.pytorch.demos.Transformer hits it")
+def test_a_graph_break_inside_a_ddp_compiled_forward_warms(tmp_path):
+    script = tmp_path / "ddp_break.py"
+    script.write_text(textwrap.dedent("""\
+        import torch, torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        dist.init_process_group("nccl")
+        class M(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a, self.b = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16)
+
+            def forward(self, x):
+                h = self.a(x)
+                m = torch.triu(torch.full((4, 4), float("-inf"), device=x.device), diagonal=1)
+                if bool((m == m).all()):  # nn.Transformer's causal-mask check: a graph break
+                    h = h * 2
+                return self.b(h)
+        model = DDP(M().cuda(), device_ids=[0])
+        step = torch.compile(model)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for i in range(3):
+            step(torch.randn(8, 16, device="cuda")).sum().backward()
+            opt.step()
+            opt.zero_grad()
+        """))
+    rc, res, log = warm(script, tmp_path / "cache", "--world-size", "2", env={"PCOMPILE_DISABLE": "1"})
+    assert rc == 0, log[-3000:]

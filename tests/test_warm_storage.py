@@ -65,3 +65,23 @@ def test_real_tensors_and_other_fakes_keep_stock_behaviour(mode):
     with FakeTensorMode() as other:  # e.g. Dynamo's: not the script's
         f = torch.empty(4)
     assert f.fake_mode is other and f.untyped_storage().data_ptr() == 0
+
+
+def test_a_host_storage_from_bytes_has_its_bytes_under_the_script_mode(mode):
+    """torch.distributed's object collectives pickle to bytes, then build a CPU tensor on
+    `ByteStorage._from_buffer(bytes)`: under an active fake mode torch makes that storage meta, and
+    the tensor failed ("set the storage of a tensor on device cpu to a storage on different device
+    meta"; Lightning's DDP broadcasts its log dir with broadcast_object_list). Other fake modes keep
+    stock behaviour."""
+    import pickle
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    data = pickle.dumps({"log_dir": "lightning_logs/version_0"})
+    with mode:
+        t = torch.ByteTensor(torch.ByteStorage._from_buffer(data))
+        assert not warm_fakes.is_fake(t) and t.device.type == "cpu" and bytes(t.tolist()) == data
+        u = torch.UntypedStorage.from_buffer(data, dtype=torch.uint8)
+        assert u.device.type == "cpu" and bytes(u) == data
+    with FakeTensorMode():
+        assert torch.UntypedStorage.from_buffer(data, dtype=torch.uint8).device.type == "meta"

@@ -142,3 +142,62 @@ def test_a_random_permutation_is_one_so_on_device_loaders_fill_their_batches(tmp
     assert out.returncode == 0, log[-3000:]
     # the first 16 of the identity permutation: labels 0..9, 0..5 (sum 60)
     assert "batch 16 label sum 60 of 276 kept 16" in log, log[-3000:]
+
+
+FACTORY_SCRIPT = textwrap.dedent("""\
+    import torch
+    for step in range(3):
+        with torch.inference_mode():  # Lightning's evaluation loop, then its dataloader checks
+            junk = torch.tensor([7] * 64, device="cuda")  # freed: the next blocks reuse its memory
+        del junk
+        total = torch.tensor(40 + step, device="cuda")  # has_len_all_ranks: torch.tensor(len(loader), device=...)
+        if total == 0:
+            print("zero length")
+        counts = torch.as_tensor([1, 2, 3], device="cuda")
+        print(f"step {step}: {(total + 1).item()} {counts.sum().item()} {(counts * total).tolist()}")
+    """)
+
+
+def test_torch_tensor_made_on_the_device_keeps_its_values(tmp_path):
+    """torch.tensor(data, device="cuda") copies to the device below the fake mode: the fake mode met
+    a real tensor on the virtual device and took it as the shadow, so ops on it ran kernels the
+    device swallows and read back whatever that memory held (zeros, or another tensor's bytes)."""
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "train.py").write_text(FACTORY_SCRIPT)
+    code, res, log = warm(job, tmp_path / "cache")
+    assert code == 0, log[-3000:]
+    for step in range(3):
+        assert f"step {step}: {41 + step} 6 {[40 + step, 2 * (40 + step), 3 * (40 + step)]}" in log, log[-3000:]
+    assert "zero length" not in log
+    assert res["report"]["reads"]["total"] == 0, res["report"]["reads"]
+
+
+BREAK_SCRIPT = textwrap.dedent("""\
+    import torch
+
+    @torch.compile
+    def f(x, mask):  # nn.Transformer's _detect_is_causal_mask, inside a compiled forward
+        causal = torch.triu(torch.full((4, 4), float("-inf"), device=mask.device), diagonal=1)
+        if bool((mask == causal).all()):  # graph break: the read runs eagerly, mid-function
+            return x + 1
+        return x - 1
+
+    mask = torch.triu(torch.full((4, 4), float("-inf")), diagonal=1).to("cuda")
+    for step in range(2):
+        x = torch.randn(4, device="cuda", requires_grad=True)
+        f(x, mask).sum().backward()
+    """)
+
+
+def test_a_read_after_a_graph_break_is_not_compiled(tmp_path):
+    """A read of a virtual value runs pcompile's Python code where the GPU runs a C method; run
+    eagerly inside a compiled function (after its graph break), Dynamo tried to compile the read's
+    frames and warned "Dynamo does not know how to trace the builtin `sys._getframe`"."""
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "train.py").write_text(BREAK_SCRIPT)
+    code, res, log = warm(job, tmp_path / "cache")
+    assert code == 0, log[-3000:]
+    assert "_getframe" not in log and "UserWarning" not in log, log[-3000:]
+    assert [ln["line"] for ln in res["report"]["reads"]["lines"]] == [6], res["report"]["reads"]

@@ -369,6 +369,14 @@ def keep_parameters_when_moved() -> None:
 _read_route: list[Callable[..., Any]] = []
 
 
+def _eager(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` with Dynamo off for its frame and every frame below it. On the GPU these reads are C
+    methods with no Python frame; here they are Python functions, and a read that runs eagerly
+    inside a compiled function (after a graph break: `if bool(mask.all()):` in nn.Transformer)
+    had Dynamo try to compile the read's own frames, warning about pcompile's `sys._getframe`."""
+    return torch.compiler.disable(fn, recursive=True)
+
+
 def fake_scalar_reads(owned: Callable[[Any], bool], read: Callable[[Any, str], Any]) -> None:
     """Route value reads of the script's fake tensors (`.item()`, `bool()`, `float()`, format, repr, ...)
     to `read(tensor, how)`, which returns a stand-in. `owned(tensor)` limits this to the script's
@@ -388,7 +396,7 @@ def fake_scalar_reads(owned: Callable[[Any], bool], read: Callable[[Any, str], A
                 return original(self, *args, **kwargs)
 
             method.__name__ = name
-            return method
+            return _eager(method)
 
         setattr(FakeTensor, name, make(name, original))
     original_format = FakeTensor.__format__
@@ -398,7 +406,7 @@ def fake_scalar_reads(owned: Callable[[Any], bool], read: Callable[[Any, str], A
             return format(_read_route[1](self, "item"), spec)
         return original_format(self, spec)
 
-    FakeTensor.__format__ = __format__
+    FakeTensor.__format__ = _eager(__format__)
     original_repr = FakeTensor.__repr__
 
     def __repr__(self: Any, *, tensor_contents: Any = None) -> str:  # print(t), str(t), f"{t}"
@@ -406,7 +414,7 @@ def fake_scalar_reads(owned: Callable[[Any], bool], read: Callable[[Any, str], A
             return _read_route[1](self, "__repr__")
         return original_repr(self, tensor_contents=tensor_contents)
 
-    FakeTensor.__repr__ = __repr__
+    FakeTensor.__repr__ = _eager(__repr__)
     FakeTensor._pcompile_reads = True
 
 

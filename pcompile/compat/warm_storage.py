@@ -38,6 +38,7 @@ CHECKED = {"torch": "2.14.1 (check() and tests/test_warm_storage.py)"}
 PRIVATE_SYMBOLS: list[tuple[str, str]] = [
     ("torch._subclasses.fake_tensor", "FakeTensor"),
     ("torch._subclasses.fake_tensor", "unset_fake_temporarily"),
+    ("torch._C", "StorageBase"),
 ]
 
 #: CUDA's caching allocator aligns blocks to 512 bytes; fake addresses keep that alignment
@@ -46,6 +47,7 @@ _route: list[Callable[[Any], bool]] = []
 _lock = threading.Lock()
 _vdev_address: list[Any] = []
 _next = [1 << 46]  # without the device: a bump counter from 64 TiB up
+_buffer_mode: list[Any] = [None]
 
 
 def check() -> list[str]:
@@ -191,6 +193,34 @@ def _copy_fake(t: Any, memo: dict[Any, Any]) -> Any:
     return new
 
 
+def host_storage_from_buffers(mode: Any) -> None:
+    """`UntypedStorage.from_buffer` makes a *meta* storage while a fake mode is active (torch's
+    choice for tracing), and the script runs under `mode` throughout: a host storage built from
+    bytes came out with no data, and the tensor made on it failed ("set the storage of a tensor on
+    device cpu to a storage on different device meta"). torch.distributed's object collectives
+    build theirs this way (`broadcast_object_list`, `all_gather_object`, ...: Lightning's DDP
+    broadcasts its log dir), and so does `torch.frombuffer`'s storage path. Under the script's own
+    mode a buffer is host data: read it with the mode set aside, as on a GPU host."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    from pcompile.compat.warm_fakes import active_fake_mode
+
+    _buffer_mode[:] = [mode]  # a later install (another mode) takes over
+    current = torch.UntypedStorage.__dict__.get("from_buffer")
+    if current is not None and marked(current.__func__, "host_storage_from_buffers"):
+        return
+    base = torch._C.StorageBase.__dict__["from_buffer"]  # a C classmethod: bind it to the caller's class
+
+    def from_buffer(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        if active_fake_mode() is not _buffer_mode[0]:
+            return base.__get__(None, cls)(*args, **kwargs)
+        with unset_fake_temporarily():
+            return base.__get__(None, cls)(*args, **kwargs)
+
+    mark(from_buffer, "host_storage_from_buffers")
+    torch.UntypedStorage.from_buffer = classmethod(from_buffer)
+
+
 def install(mode: Any) -> None:
     """Everything above for the script's fakes (those of `mode`), as the warm child runs them."""
     def owned(t: Any) -> bool:
@@ -199,3 +229,4 @@ def install(mode: Any) -> None:
     unique_addresses(owned)
     deepcopy_within_the_mode(owned)
     share_mode(mode)
+    host_storage_from_buffers(mode)

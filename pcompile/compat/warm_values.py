@@ -169,6 +169,8 @@ def eligible(func: Any, flat_inputs: list[Any], overwritten: Any = None) -> bool
             n += s.numel()
         elif x.requires_grad:  # a parameter moved to the device: model state stays a placeholder
             return False
+        elif x.device.type == "cuda":  # a real tensor on the virtual device: never run kernels on it
+            return False
         else:
             n += x.numel()
         if n > SIZE_LIMIT:
@@ -192,6 +194,16 @@ def run_on_shadows(func: Any, args: Any, kwargs: Any) -> tuple[bool, Any]:
         return False, None
 
 
+def _is_device_copy(x: Any) -> bool:
+    """`torch.tensor(data, device="cuda")` (and `as_tensor`) copies `data` to the device with the
+    Python dispatch key excluded, so the fake mode first meets a *real* tensor on the virtual
+    device, as lift_fresh's input. Its bytes came from the host (a memcpy the virtual device keeps);
+    taken as its shadow, later ops ran real kernels on it, which the virtual device swallows, and
+    their outputs read as whatever that memory held (Lightning's `torch.tensor(len(loader),
+    device=...) == 0` read True: "Total length of DataLoader across ranks is zero")."""
+    return isinstance(x, torch.Tensor) and not _is_fake(x) and x.device.type == "cuda" and x.numel() <= SIZE_LIMIT
+
+
 def after(func: Any, args: Any, kwargs: Any, out: Any) -> None:
     """Called by the fake mode after it ran `func` on fakes: give `out` shadows where all inputs
     have them (output size permitting); drop the shadows of tensors written from placeholders."""
@@ -202,7 +214,13 @@ def after(func: Any, args: Any, kwargs: Any, out: Any) -> None:
         for f in outs:  # nothing to know: `torch.empty(0, device="cuda")`, a batch that torch.cat fills
             SHADOWS.set(f, torch.empty_strided(tuple(f.shape), f.stride(), dtype=f.dtype))
         return
-    if getattr(getattr(func, "overloadpacket", None), "__name__", "") == "randperm":
+    name = getattr(getattr(func, "overloadpacket", None), "__name__", "")
+    if name == "lift_fresh" and args and _is_device_copy(args[0]):
+        for f in outs[:1]:  # the bytes torch copied to the device below the mode (see _is_device_copy)
+            if _is_fake(f):
+                SHADOWS.set(f, args[0].cpu())
+        return
+    if name == "randperm":
         for f in outs:  # the identity permutation (see the module docstring)
             if _is_fake(f) and f.dim() == 1:
                 SHADOWS.set(f, torch.arange(f.numel(), dtype=f.dtype))

@@ -245,6 +245,25 @@ def _root_cause(exc: BaseException) -> BaseException:
     return exc
 
 
+def _after_stop(exc: BaseException) -> bool:
+    """Did `exc` arise while a WarmStop propagated (in its __context__/__cause__ chain)?
+
+    The stop interrupts the script inside a step (at the next backward), with that step's autograd
+    graph alive; a framework's handler then runs its cleanup (Lightning's teardown moves the model
+    to the CPU, which the warm's in-place parameter swap refuses while the graph holds the
+    parameters). The GPU job never takes that path, so such an error is the stop's, not the script's."""
+    from pcompile.warm.stop import WarmStop
+
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, WarmStop):
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
 def _run_script(spec: dict[str, Any], mode: Any, report: dict[str, Any]) -> int:
     """Run the script as __main__ under `mode`; fills status/error; returns the exit code."""
     from pcompile.warm import reads
@@ -270,6 +289,10 @@ def _run_script(spec: dict[str, Any], mode: Any, report: dict[str, Any]) -> int:
             report.update(status="exited", script_exit=status, error=f"the script exited with status {status}")
             return EXIT_SCRIPT_ERROR
     except BaseException as exc:  # report, never hang the parent
+        if _after_stop(exc):
+            first = (str(exc).strip().splitlines() or [""])[0]
+            report.update(status="stopped", after_stop=f"{type(exc).__name__}: {first}")
+            return EXIT_OK
         msg = _explain(exc)
         if msg is None:
             sys.stderr.write("".join(traceback.format_exception(exc)))

@@ -42,6 +42,9 @@ def report_lines(result: Any, check: bool = False) -> list[str]:
     micro = f" ({backwards} backward calls)" if backwards and steps and backwards > steps else ""
     head = {"stopped": f"warm done: {steps} steps{micro}", "completed": "warm done: the script ran to its end"}
     out.append(f"{head.get(status, 'warm failed')} in {result.seconds:.1f}s on a virtual {result.profile.name} ({result.profile.arch}), torch {r.get('torch')}")
+    if r.get("after_stop"):
+        out.append(f"after the stop, the script's cleanup raised {r['after_stop']} (on the interrupted step; "
+                   "ignored: the GPU job runs on past that step)")
     w = result.written
     looked = getattr(result, "lookups", None)
     if looked is not None:
