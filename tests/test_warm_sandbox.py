@@ -21,6 +21,8 @@ import pytest
 
 from test_warm import ROOT, STOCK, warm  # noqa: E402  (same directory)
 
+from pcompile.warm import isolation
+
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the virtual device and namespaces are Linux-only")
 SCRIPT = ROOT / "tests" / "data" / "warm_scripts" / "file_classes.py"
 
@@ -236,6 +238,52 @@ def test_a_socket_listening_outside_is_reachable_inside(mode, tmp_path):
     finally:
         isolation.remove_tree(tmp_path / "run")
         shutil.rmtree(sockdir, ignore_errors=True)
+
+
+CHURN = """
+import os, sys
+root = sys.argv[1]
+i = 0
+while True:  # what multiprocessing (pymp-*) and tempfile users do in a busy /tmp
+    p = os.path.join(root, f"pymp-{i % 64}")
+    os.mkdir(p)
+    os.rmdir(p)
+    i += 1
+"""
+
+
+@pytest.mark.parametrize("mode", ["namespace", "userns"])
+def test_entries_that_vanish_while_the_view_is_built_are_left_out(mode, tmp_path):
+    """A directory with a mount below it is rebuilt entry by entry; another process's temp dir that
+    is listed and then removed before its mount (CI: /tmp/pymp-* of a multiprocessing pool) failed
+    the whole sandbox with ENOENT. The mount below lives in a private namespace of this test."""
+    import shutil as sh
+
+    why = _available(mode, tmp_path)
+    if why:
+        pytest.skip(f"{mode} sandbox not available here: {why}")
+    if os.geteuid() != 0 or not sh.which("unshare"):
+        pytest.skip("needs root and unshare(1) for the test's own mount namespace")
+    busy = tmp_path / "busy"
+    (busy / "mnt").mkdir(parents=True)
+    run = tmp_path / "run"
+    run.mkdir()
+    plan = {"mode": mode, "run": str(run), "record": str(run / "rec.json"), "keep": [str(run)],
+            "cwd": str(tmp_path), "argv": [sys.executable, "-c", "print('inside')"], "env": dict(os.environ)}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    churn = subprocess.Popen([sys.executable, "-c", CHURN, str(busy)])
+    try:
+        for attempt in range(3):
+            script = (f"mount -t tmpfs none {busy / 'mnt'} && "
+                      f"exec {sys.executable} -m pcompile.warm.sandbox {tmp_path / 'plan.json'}")
+            out = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+                                 capture_output=True, text=True, timeout=300)
+            assert out.returncode == 0 and "inside" in out.stdout, f"attempt {attempt}: {out.stdout}{out.stderr}"
+            isolation.remove_tree(run)
+            run.mkdir()
+    finally:
+        churn.kill()
+        churn.wait()
 
 
 @pytest.mark.parametrize("mode", ["namespace", "userns"])

@@ -41,6 +41,17 @@ _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
 
 
+def _remove_placeholder(target: str) -> None:
+    """Drop the scaffold's stand-in for an entry that vanished (an empty dir or file, or a link)."""
+    try:
+        if os.path.isdir(target) and not os.path.islink(target):
+            os.rmdir(target)
+        else:
+            os.unlink(target)
+    except OSError:
+        pass
+
+
 def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
     """mount(2); raises OSError with the target named."""
     enc = lambda s: None if s is None else os.fsencode(s)  # noqa: E731
@@ -93,6 +104,7 @@ class View:
     scaffolds: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     sockets: list[str] = field(default_factory=list)
+    vanished: list[str] = field(default_factory=list)  # listed, then gone before it could be mounted
     _n: int = 0
 
     def at(self, path: str) -> str:
@@ -201,21 +213,34 @@ class View:
             entries = sorted(it, key=lambda e: e.name)
         for e in entries:
             child = os.path.join(path, e.name)
-            if e.is_symlink() and child not in self.mounts:
-                os.symlink(os.readlink(child), self.at(child))
-                continue
-            is_dir = e.is_dir(follow_symlinks=False)
-            if is_dir:
-                os.makedirs(self.at(child), exist_ok=True)
-            else:
-                open(self.at(child), "ab").close()
-            if child in self.mounts or self._below(child):
-                self.place(child)
-            elif is_dir:
-                (self.bind(child, readonly=True) if self._governing(child).readonly else self.overlay(child))
-            elif e.is_file(follow_symlinks=False):
-                self.bind(child, readonly=True)
-            # sockets, fifos, devices directly in such a directory: left out of the view
+            failed = len(self.failed)
+            try:
+                self._scaffold_entry(e, child)
+            except FileNotFoundError:
+                if os.path.lexists(child):
+                    raise
+                # gone since the listing (another process's temp dir, a multiprocessing pymp-*):
+                # it is gone for real too, so it is left out of the view
+                del self.failed[failed:]
+                self.vanished.append(child)
+                _remove_placeholder(self.at(child))
+
+    def _scaffold_entry(self, e: os.DirEntry[str], child: str) -> None:
+        if e.is_symlink() and child not in self.mounts:
+            os.symlink(os.readlink(child), self.at(child))
+            return
+        is_dir = e.is_dir(follow_symlinks=False)
+        if is_dir:
+            os.makedirs(self.at(child), exist_ok=True)
+        else:
+            open(self.at(child), "ab").close()
+        if child in self.mounts or self._below(child):
+            self.place(child)
+        elif is_dir:
+            (self.bind(child, readonly=True) if self._governing(child).readonly else self.overlay(child))
+        elif e.is_file(follow_symlinks=False):
+            self.bind(child, readonly=True)
+        # sockets, fifos, devices directly in such a directory: left out of the view
 
     def pass_sockets(self, roots: tuple[str, ...] = SOCKET_ROOTS, depth: int = 6, budget: int = 200_000) -> None:
         """Bind every Unix socket that exists now under the runtime dirs to its real inode.
@@ -258,6 +283,8 @@ class View:
                 open(target, "ab").close()  # a scaffold leaves sockets out: a mount point for it
             mount(path, target, None, MS_BIND)
             self.sockets.append(path)
+        except FileNotFoundError:
+            self.vanished.append(path)  # closed since the walk saw it: nothing to reach
         except OSError as exc:
             self.failed.append(f"{path} (socket not reachable: {exc.strerror})")
 
