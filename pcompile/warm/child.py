@@ -15,7 +15,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from pcompile import settings
 
@@ -187,18 +187,13 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
     def on_unpublished(layer: str) -> None:
         report["left_for_gpu_tuning"][layer] = report["left_for_gpu_tuning"].get(layer, 0) + 1
 
-    report["fx_cache_bypassed"] = {}
+    def tally(field: str) -> Callable[[str], None]:
+        """A callback counting each reason torch gave under report[field]."""
+        counts: dict[str, int] = report.setdefault(field, {})
+        return lambda reason: counts.__setitem__(reason, counts.get(reason, 0) + 1)
 
-    def on_bypass(reason: str) -> None:
-        report["fx_cache_bypassed"][reason] = report["fx_cache_bypassed"].get(reason, 0) + 1
-
-    uncached.on_fx_cache_bypass(on_bypass)
-    report["aot_cache_bypassed"] = {}
-
-    def on_aot_bypass(reason: str) -> None:
-        report["aot_cache_bypassed"][reason] = report["aot_cache_bypassed"].get(reason, 0) + 1
-
-    uncached.on_aot_cache_bypass(on_aot_bypass)
+    uncached.on_fx_cache_bypass(tally("fx_cache_bypassed"))
+    uncached.on_aot_cache_bypass(tally("aot_cache_bypassed"))
     timings.fake_gpu_timings(on_fake)
     timings.keep_tuned_graphs_unpublished(on_unpublished)
     runtime.during_inductor_compile(strict.enter, strict.leave)
@@ -206,11 +201,14 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
     if settings.AOT_KEY_DUMP.get():
         runtime.dump_aot_keys(settings.AOT_KEY_DUMP.get())
     mode = fakes.new_fake_mode(reads.record)
-    fakes.fake_scalar_reads(lambda t: getattr(t, "fake_mode", None) is mode, reads.read_fake)
+    def is_script_fake(t: Any) -> bool:
+        return getattr(t, "fake_mode", None) is mode
+
+    fakes.fake_scalar_reads(is_script_fake, reads.read_fake)
     from pcompile.compat import warm_nested
 
-    warm_nested.uniform_inner_tensors(lambda t: getattr(t, "fake_mode", None) is mode)
-    warm_nested.eager_ragged_sizes(lambda t: getattr(t, "fake_mode", None) is mode)
+    warm_nested.uniform_inner_tensors(is_script_fake)
+    warm_nested.eager_ragged_sizes(is_script_fake)
     from pcompile.compat import warm_storage
 
     warm_storage.install(mode)  # distinct data_ptr()s, deepcopy/clone of fakes (vdev classes 6, 7)
