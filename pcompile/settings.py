@@ -209,6 +209,11 @@ RAY_ACTORS = _declare("PCOMPILE_RAY_ACTORS", Int(minimum=0), None, "Ray compile 
 EAGER_BACKWARD = _declare("PCOMPILE_EAGER_BACKWARD", Bool(), True,
                           "compile a region's backward with its forward, so its AOTAutograd entry is published before "
                           "the first `.backward()` (part of AOTAutograd's key: warm host and GPU job must agree)")
+PROGRAMS = _declare("PCOMPILE_PROGRAMS", Bool(), True,
+                    "save what Dynamo made of each compiled function (bytecode, guards, compiled graphs) to the "
+                    "cache, so a restart and the job after a warm run it without tracing (torch's caching "
+                    "precompile, keyed by the torch.compile options and configs; a failing guard or an edited "
+                    "source traces again). `0`: Dynamo traces every frame of every process")
 BACKWARD_AHEAD = _declare(
     "PCOMPILE_BACKWARD_AHEAD", Bool(), None,
     "ship each region's backward graph to a worker process as soon as AOTAutograd has partitioned it, so it compiles "
@@ -342,8 +347,3 @@ AOT_KEY_DUMP = _declare("PCOMPILE_AOT_KEY_DUMP", FilePath(output="file"), None,
                         internal=True)
 
 # -- removed: set, each gives one line (warn_removed) and does nothing --
-_remove("PCOMPILE_PROGRAMS", "never faster on the GPU",
-        "whole-program entries (Dynamo's output stored and installed at `torch.compile(m)`), removed because "
-        "they were never faster on the GPU: on the H100, GPT-2's hot first step took 22.12 s with them vs "
-        "11.86 s without (stock hot 9.51 s), nanoGPT after a warm was 2.68x slower than stock hot, and a "
-        "Llama-style model's stored program never covered its call")

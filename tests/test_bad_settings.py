@@ -64,11 +64,3 @@ def test_a_size_with_a_suffix_is_accepted(tmp_path: Path) -> None:
     result, stderr = _run(tmp_path, "PCOMPILE_MAX_BYTES", "20G")
     assert "PCOMPILE_MAX_BYTES" not in stderr, stderr[-4000:]
     assert result["max_bytes"] == 20 << 30
-
-
-def test_a_removed_setting_gives_one_line_and_the_job_runs(tmp_path: Path) -> None:
-    """PCOMPILE_PROGRAMS=1 left in a job's environment after the feature was deleted: one line
-    saying so (not silence, not one per process of the job), and the job compiles as usual."""
-    result, stderr = _run(tmp_path, "PCOMPILE_PROGRAMS", "1")
-    lines = [line for line in stderr.splitlines() if "PCOMPILE_PROGRAMS" in line]
-    assert lines == ["pcompile: PCOMPILE_PROGRAMS was removed (never faster on the GPU); it has no effect"], stderr[-4000:]

@@ -30,6 +30,7 @@ MODULES: tuple[str, ...] = (
     "backward_graph",
     "cudnn_version",
     "device_index",
+    "dynamo_programs",
 )
 
 

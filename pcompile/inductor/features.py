@@ -28,7 +28,7 @@ import threading
 from typing import Any, Callable
 
 from pcompile import compat
-from pcompile.settings import DEBUG_FX_KEYS, INDUCTOR_LOCAL_CACHES
+from pcompile.settings import DEBUG_FX_KEYS, INDUCTOR_LOCAL_CACHES, PROGRAMS
 from pcompile.warn import warn_once
 
 LAYERS, HOOKS, COMPILE = "layers", "hooks", "compile"
@@ -198,6 +198,18 @@ def _uninstall_remote() -> None:
     store_adapter.uninstall()
 
 
+def _install_programs(ctx: Context) -> bool:
+    from pcompile.inductor import programs
+
+    return programs.install()
+
+
+def _uninstall_programs() -> None:
+    from pcompile.inductor import programs
+
+    programs.uninstall()
+
+
 def _has_triton() -> bool:
     from pcompile.compat import gate
 
@@ -311,6 +323,9 @@ FEATURES: tuple[Feature, ...] = (
     Feature("backward_ahead", _install_backward_ahead, wanted=_backward_ahead_wanted, checks=("backward_graph",),
             uninstall=_uninstall_backward_graph, when=COMPILE, needs=(ANY_LAYER,),
             warning=("backward_graph", "pcompile: backward graphs compile after their forward in this torch ({reason})")),
+    Feature("programs", _install_programs, wanted=lambda: bool(PROGRAMS.get()), checks=("dynamo_programs",),
+            uninstall=_uninstall_programs, when=COMPILE, needs=(ANY_LAYER,),
+            warning=("programs", "pcompile: restarts trace every frame with Dynamo in this torch ({reason})")),
     Feature("key_dump", _install_key_dump, wanted=lambda: bool(DEBUG_FX_KEYS.get()), checks=("backward_graph",),
             needs=(ANY_LAYER,)),
 )

@@ -62,11 +62,13 @@ _BUILDERS = {
     "autotune_predicted": lambda: fingerprint(IN_KEY, {"inductor_layer": "autotune-predicted"}),
     "triton": lambda: fingerprint(IN_KEY, {"inductor_layer": "triton"}),
     "cpp": _cpp_fingerprint,
+    # a compiled function's Dynamo program: its graphs are inside, so the device is part of it
+    "program": lambda: {**_graph_fingerprint(), "inductor_layer": "program"},
 }
 
 #: fingerprint kind -> pcompile layer
 LAYER_OF = {"graph": "graph", "autograd": "autograd", "autotune": "autotune", "autotune_predicted": "autotune",
-            "triton": "kernel", "cpp": "kernel"}
+            "triton": "kernel", "cpp": "kernel", "program": "program"}
 
 
 def layer_fingerprint(kind: str) -> dict[str, str]:

@@ -15,9 +15,9 @@ import xxhash
 
 from pcompile.errors import BadKeyError
 
-LAYERS: tuple[str, ...] = ("graph", "autograd", "kernel", "autotune")
+LAYERS: tuple[str, ...] = ("graph", "autograd", "kernel", "autotune", "program")
 KEY_FORMAT = 1
-_KEY_RE = re.compile(r"(graph|autograd|kernel|autotune)-([0-9a-f]{32})")
+_KEY_RE = re.compile(r"(" + "|".join(LAYERS) + r")-([0-9a-f]{32})")
 
 
 def canonical_json(obj: Any) -> bytes:

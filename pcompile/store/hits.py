@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-LAYERS: tuple[str, ...] = ("graph", "autograd", "kernel", "autotune")
+LAYERS: tuple[str, ...] = ("program", "graph", "autograd", "kernel", "autotune")
 OUTCOMES = ("hit", "miss", "untimed", "inner")
 #: outcome -> counter name
 COUNTER = {"hit": "hits", "miss": "misses", "untimed": "untimed", "inner": "inner"}
-_NAMES = {"graph": "FX graph", "autograd": "AOTAutograd", "kernel": "kernel", "autotune": "autotune"}
+_NAMES = {"program": "program", "graph": "FX graph", "autograd": "AOTAutograd", "kernel": "kernel", "autotune": "autotune"}
 
 
 def zero() -> dict[str, int]:

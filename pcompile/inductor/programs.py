@@ -1,0 +1,213 @@
+"""Programs: a restarted job, and the job after a warm, runs its compiled functions without Dynamo.
+
+Why: with every FX/AOTAutograd entry cached, a restart still spends most of its first step in
+Dynamo re-tracing each frame (RESULTS.md's floor table). A program is what Dynamo made of one
+`torch.compile`d function (each frame's transformed bytecode and guards, and the compiled graphs),
+saved through torch's own precompile cache (compat/dynamo_programs.py) into pcompile's store, so
+it has every tier, verified reads, atomic publishes and GC like any other entry.
+
+The key: the function's source identity (torch's `source_id`: module, qualname, first line) plus a
+digest of everything that changes what Dynamo and Inductor make of it: the `torch.compile` call's
+backend, mode, options, dynamic and fullgraph, and the Dynamo/Inductor/functorch configs; the
+fingerprint adds torch/triton/python versions and the target board. A changed option or config is
+a miss; a changed source (the function or anything it inlined) is refused by torch when it
+installs the program, and a failing guard re-traces that frame: both fall back to Dynamo, are
+counted and named (`program_fallback` events, `pcompile stats`), and never run stale code.
+
+When: a package is saved after the frame Dynamo converted (at most every `_MIN_GAP_S`, so a model
+with many graph breaks is not re-pickled per frame), after each optimizer step that follows new
+frames, and at exit: a job killed mid-run still leaves what it compiled.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import pickle
+import threading
+import time
+from typing import Any
+
+from pcompile.inductor import store_gateway
+from pcompile.warn import warn_once
+
+KIND = "program"
+CONTEXT_BLOB = "context"
+_MIN_GAP_S = 2.0
+
+_lock = threading.RLock()
+_digests: dict[str, str] = {}  # source_id -> options digest of this process's torch.compile of it
+_ambiguous: set[str] = set()  # compiled twice with different options: never saved
+_dirty: dict[str, Any] = {}  # source_id -> package recorded since its last save
+_context: dict[str, dict[str, str]] = {}  # source_id -> autocast state its first frame was traced in
+_loaded_context: dict[str, dict[str, str]] = {}  # source_id -> the loaded program's autocast state
+_last_flush = 0.0
+_registered = False
+loaded: dict[str, int] = {}  # source_id -> frames installed from a program (this process)
+
+
+def _portable(module: Any) -> dict[str, Any]:
+    try:
+        return dict(module.save_config_portable())
+    except Exception:
+        return {}
+
+
+def _stable(value: Any) -> Any:
+    """JSON for config values json cannot take; sets sorted (their repr's order changes per process)."""
+    if isinstance(value, (set, frozenset)):
+        return sorted(repr(v) for v in value)
+    return repr(value)
+
+
+def options_digest(options: dict[str, Any]) -> str:
+    """One string for everything besides source that changes what a program holds."""
+    import torch._dynamo.config as dconfig
+    import torch._functorch.config as fconfig
+    import torch._inductor.config as iconfig
+    import xxhash
+
+    configs = {"dynamo": _portable(dconfig), "inductor": _portable(iconfig), "functorch": _portable(fconfig)}
+    text = json.dumps({"options": options, "configs": configs}, sort_keys=True, default=_stable)
+    return xxhash.xxh3_128_hexdigest(text.encode())
+
+
+def _name(sid: str) -> str:
+    return f"{sid}:{_digests[sid]}"
+
+
+def load(fn: Any, options: dict[str, Any] | None) -> Any:
+    """DynamoCache.load: this function's program from the store, or None (Dynamo traces it)."""
+    from pcompile.compat import dynamo_programs
+
+    try:
+        sid = dynamo_programs.source_id(fn)
+    except Exception:
+        return None
+    if options is None:
+        return None
+    digest = options_digest(options)
+    with _lock:
+        if _digests.setdefault(sid, digest) != digest:
+            _ambiguous.add(sid)
+            return None
+    entry = store_gateway.lookup(KIND, _name(sid), single_flight=False)
+    if entry is None:
+        return None
+    try:
+        program = pickle.loads(entry.blobs[store_gateway_blob()])
+        context = json.loads(entry.blobs.get(CONTEXT_BLOB, b"{}"))
+    except Exception as exc:
+        warn_once("program-load", f"pcompile: a stored program could not be read ({type(exc).__name__}: {exc}); "
+                  "Dynamo traces the function instead")
+        return None
+    loaded[sid] = dynamo_programs.frame_count(program)
+    _loaded_context[sid] = {str(k): str(v) for k, v in dict(context).items()}
+    return program
+
+
+def install_context(pkg: Any) -> Any:
+    """Entered while torch installs a loaded program: its guards are rebuilt in the autocast state it
+    was traced in (compat/dynamo_programs.autocast_context says why)."""
+    from pcompile.compat import dynamo_programs
+
+    return dynamo_programs.autocast_context(_loaded_context.get(getattr(pkg, "source_id", ""), {}))
+
+
+def store_gateway_blob() -> str:
+    from pcompile.inductor.store_adapter import BLOB
+
+    return BLOB
+
+
+def _save(sid: str, pkg: Any) -> None:
+    from pcompile.compat import dynamo_programs
+
+    with _lock:
+        if sid in _ambiguous or sid not in _digests:
+            return
+        name = _name(sid)
+    t0 = time.perf_counter()
+    try:
+        program = dynamo_programs.entry_for(dynamo_programs.backend_entry(pkg))
+        data = pickle.dumps(program)
+    except Exception as exc:
+        warn_once("program-save", f"pcompile: a compiled function's program could not be saved "
+                  f"({type(exc).__name__}: {exc}); a restart traces it with Dynamo")
+        return
+    context = json.dumps(_context.get(sid, {}), sort_keys=True).encode()
+    store_gateway.publish(KIND, name, {store_gateway_blob(): data, CONTEXT_BLOB: context},
+                          meta={"frames": dynamo_programs.frame_count(program), "source": sid},
+                          compile_seconds=time.perf_counter() - t0, compiled=False)
+
+
+def write(entry: Any, sid: str) -> None:
+    """DynamoCache.write (torch's own save_cache_artifacts path): the same store entry."""
+    with _lock:
+        if sid in _ambiguous or sid not in _digests:
+            return
+        name = _name(sid)
+    context = json.dumps(_context.get(sid, {}), sort_keys=True).encode()
+    store_gateway.publish(KIND, name, {store_gateway_blob(): pickle.dumps(entry), CONTEXT_BLOB: context}, compiled=False)
+
+
+def flush() -> None:
+    """Save every package recorded since its last save."""
+    global _last_flush
+    with _lock:
+        pending = list(_dirty.items())
+        _dirty.clear()
+        _last_flush = time.monotonic()
+    for sid, pkg in pending:
+        _save(sid, pkg)
+
+
+def recorded(pkg: Any) -> None:
+    """Dynamo converted a frame of `pkg`'s function: save now, or soon."""
+    from pcompile.compat import dynamo_programs
+
+    sid = getattr(pkg, "source_id", None)
+    if sid is None:
+        return
+    with _lock:
+        if sid not in _context:
+            _context[sid] = dynamo_programs.autocast_state()  # the traced frame's thread state, now
+        _dirty[sid] = pkg
+        due = time.monotonic() - _last_flush >= _MIN_GAP_S
+    if due:
+        flush()
+
+
+def _after_step(*_args: Any) -> None:
+    if _dirty:
+        flush()
+
+
+def install() -> bool:
+    """Turn programs on (the torch.compile call, before Dynamo builds its context)."""
+    global _registered
+    from pcompile.compat import dynamo_programs
+
+    dynamo_programs.enable(load, write, recorded, install_context)
+    if not _registered:
+        _registered = True
+        atexit.register(flush)
+        try:
+            from torch.optim.optimizer import register_optimizer_step_post_hook
+
+            register_optimizer_step_post_hook(_after_step)
+        except Exception:
+            pass  # saved per frame and at exit all the same
+    return True
+
+
+def uninstall() -> None:
+    from pcompile.compat import dynamo_programs
+
+    dynamo_programs.disable()
+    with _lock:
+        _digests.clear()
+        _ambiguous.clear()
+        _dirty.clear()
+        _context.clear()
+        _loaded_context.clear()
+    loaded.clear()

@@ -1,0 +1,169 @@
+"""Programs: a restarted job runs its compiled functions without Dynamo (pcompile/inductor/programs.py).
+
+Each case is a real job in a fresh process on CPU graphs: the first run compiles and saves, the next
+run with the same cache dir must convert zero frames and compute what the first (and stock) computed.
+Whatever the program cannot vouch for (a failing guard, an edited source, another compile option, a
+damaged entry) must fall back to Dynamo with stock's result, never run stale code.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+
+SCRIPT = r'''
+import json, os, sys
+import torch
+import torch.nn.functional as F
+from helper import act
+
+torch.manual_seed(0)
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(16, 32)
+        self.fc2 = torch.nn.Linear(32, 4)
+    def forward(self, x):
+        return self.fc2(act(self.fc1(x)))
+
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+options = json.loads(os.environ.get("CASE_OPTIONS", "null"))
+backend = os.environ.get("CASE_BACKEND", "pcompile")
+compiled = torch.compile(model, backend=backend, options=options) if options else torch.compile(model, backend=backend)
+x = torch.randn(8, 16)
+y = torch.randint(0, 4, (8,))
+losses = []
+for _ in range(2):
+    loss = F.cross_entropy(compiled(x), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    losses.append(loss.item())
+out = {"losses": losses}
+if os.environ.get("CASE_NO_GRAD") == "1":
+    with torch.no_grad():
+        got = compiled(x)
+        out["no_grad_err"] = float((got - model(x)).abs().max())
+        out["no_grad_requires_grad"] = got.requires_grad
+from torch._dynamo.utils import counters
+out["frames"] = int(counters["frames"]["total"])
+print("RESULT " + json.dumps(out))
+'''
+
+HELPER = "import torch.nn.functional as F\n\ndef act(x):\n    return F.gelu(x)\n"
+
+
+def _run(work: Path, cache: Path, **env: str) -> dict[str, Any]:
+    full = {**os.environ, "PCOMPILE_CACHE_DIR": str(cache), "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
+            "PCOMPILE_EVENTS": "1", "PCOMPILE_POOL": "off", "PYTHONPATH": os.pathsep.join(
+                [str(work), str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]), **env}
+    proc = subprocess.run([sys.executable, str(work / "job.py")], cwd=work, env=full, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))
+    result = json.loads(line[len("RESULT "):])
+    result["stderr"] = proc.stderr
+    result["program_lookups"] = _program_lookups(cache)
+    return result
+
+
+def _program_lookups(cache: Path) -> list[str]:
+    """The outcome of every program look-up in the cache's event logs, oldest first."""
+    out: list[tuple[float, str]] = []
+    for log in (cache / "events").glob("*.jsonl"):
+        for line in log.read_text().splitlines():
+            event = json.loads(line)
+            if event.get("kind") == "cache_lookup" and event.get("layer") == "program":
+                out.append((float(event["ts"]), str(event.get("outcome"))))
+    return [outcome for _, outcome in sorted(out)]
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, Any]]:
+    """A job that compiled once and saved its program (the cache is copied by each test that writes)."""
+    work = tmp_path_factory.mktemp("prog-work")
+    (work / "job.py").write_text(SCRIPT)
+    (work / "helper.py").write_text(HELPER)
+    cache = tmp_path_factory.mktemp("prog-cache")
+    first = _run(work, cache)
+    assert first["frames"] >= 1 and first["program_lookups"] == ["miss"], first
+    return work, cache, first
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst, symlinks=True)
+    return dst
+
+
+def test_a_restart_converts_no_frame_and_computes_what_the_first_run_and_stock_did(saved, tmp_path: Path) -> None:
+    work, cache, first = saved
+    again = _run(work, _copy(cache, tmp_path / "c"))
+    assert again["frames"] == 0, again["stderr"][-3000:]
+    assert again["program_lookups"][-1] == "hit"
+    assert again["losses"] == first["losses"]
+    stock = _run(work, tmp_path / "stock", CASE_BACKEND="inductor", PCOMPILE_DISABLE="1")
+    assert stock["losses"] == first["losses"]
+
+
+def test_a_failing_guard_traces_again_with_the_right_result(saved, tmp_path: Path) -> None:
+    """The program was traced with grad on; a call under no_grad fails its guard and Dynamo traces it
+    (torch 2.14.1 crashed here on a name the loaded program already held: compat bumps the counter)."""
+    work, cache, first = saved
+    got = _run(work, _copy(cache, tmp_path / "c"), CASE_NO_GRAD="1")
+    assert got["losses"] == first["losses"]
+    assert got["frames"] >= 1
+    assert got["no_grad_err"] < 1e-5 and got["no_grad_requires_grad"] is False
+
+
+def test_an_edited_source_is_never_run_from_the_old_program(saved, tmp_path: Path) -> None:
+    """The function the forward inlines changed (gelu -> relu): the job must compute relu."""
+    work, cache, first = saved
+    edited = _copy(work, tmp_path / "w")
+    (edited / "helper.py").write_text(HELPER.replace("F.gelu", "F.relu"))
+    got = _run(edited, _copy(cache, tmp_path / "c"))
+    stock = _run(edited, tmp_path / "stock", CASE_BACKEND="inductor", PCOMPILE_DISABLE="1")
+    assert got["losses"] == stock["losses"] != first["losses"]
+    assert got["frames"] >= 1
+
+
+def test_another_compile_option_is_a_miss(saved, tmp_path: Path) -> None:
+    work, cache, first = saved
+    got = _run(work, _copy(cache, tmp_path / "c"), CASE_OPTIONS=json.dumps({"epilogue_fusion": False}))
+    assert got["program_lookups"][-1] == "miss"
+    assert got["frames"] >= 1
+    assert got["losses"] == pytest.approx(first["losses"], rel=1e-5)
+
+
+def test_a_damaged_program_is_detected_and_never_loaded(saved, tmp_path: Path) -> None:
+    work, cache, first = saved
+    copy = _copy(cache, tmp_path / "c")
+    manifests = list((copy / "store" / "manifests" / "program").rglob("*.json"))
+    assert len(manifests) == 1
+    blob_sha = json.loads(manifests[0].read_text())["blobs"]["value"]["sha256"]
+    blobs = [p for p in (copy / "store" / "blobs").rglob("*") if p.is_file() and blob_sha in p.name]
+    assert blobs, "the program's blob is not where the store keeps blobs"
+    for blob in blobs:
+        data = bytearray(blob.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        blob.chmod(0o644)
+        blob.write_bytes(bytes(data))
+    got = _run(work, copy)
+    assert got["frames"] >= 1
+    assert got["program_lookups"][-1] == "miss"
+    assert got["losses"] == first["losses"]
+
+
+def test_programs_off_traces_every_frame(saved, tmp_path: Path) -> None:
+    work, cache, _first = saved
+    got = _run(work, _copy(cache, tmp_path / "c"), PCOMPILE_PROGRAMS="0")
+    assert got["frames"] >= 1 and got["program_lookups"] == ["miss"]
