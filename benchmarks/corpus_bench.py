@@ -153,7 +153,7 @@ def gpu_jobs(case: dict[str, Any], res: dict[str, Any], work: Path, steps: int, 
         rc, secs = _run(job_cmd(case, ranks, out, steps, args, root), env, cwd, work / f"{name}.log", timeout)
         r = json.loads(out.read_text()) if out.exists() else {}
         res[name] = {"rc": rc, "first_step_s": r.get("first_step_s"), "fx": r.get("fx"), "aot": r.get("aot"),
-                     "losses": r.get("losses"), "status": r.get("status")}
+                     "frames": r.get("frames"), "losses": r.get("losses"), "status": r.get("status")}
     extra = []
     for i in range(1, pairs):
         fresh = work / f"pcompile-cache-pair{i}"

@@ -79,11 +79,12 @@ def main() -> int:
     wall = time.perf_counter() - t_start
     from torch._dynamo.utils import counters
 
-    c = {k: dict(v) for k, v in counters.items() if k in ("inductor", "aot_autograd", "stats")}
+    c = {k: dict(v) for k, v in counters.items() if k in ("inductor", "aot_autograd", "stats", "frames")}
     steps = [marks[0]] + [b - a_ for a_, b in zip(marks, marks[1:])] if marks else []
     result = {"status": status, "pcompile_autoloaded": autoloaded, "wall_s": wall, "first_step_s": marks[0] if marks else wall,
               "step_s": steps, "losses": losses, "counters": c,
               "fx": [c.get("inductor", {}).get("fxgraph_cache_hit", 0), c.get("inductor", {}).get("fxgraph_cache_hit", 0) + c.get("inductor", {}).get("fxgraph_cache_miss", 0)],
+              "frames": int(c.get("frames", {}).get("total", 0)),
               "aot": [c.get("aot_autograd", {}).get("autograd_cache_hit", 0), c.get("aot_autograd", {}).get("autograd_cache_hit", 0) + c.get("aot_autograd", {}).get("autograd_cache_miss", 0)]}
     result.update(_phases())
     if sampler is not None:
