@@ -7,10 +7,15 @@ over a compiled function), each on its own compiled region, and prints each row'
 `PCOMPILE=1` job and as stock torch.compile, each in fresh cache dirs; every row must agree.
 The row that retains a graph first is the one pcompile's eager backward lowering once broke
 (AOTAutograd's donated-buffer check); the one that frees it first must raise stock's own error.
+The same retained-graph script is also warmed unchanged (`pcompile warm`, which lowers ahead too).
 """
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -270,3 +275,35 @@ def test_every_row_matches_stock_under_pcompile(tmp_path: Path) -> None:
     # the retained-graph rows run (as stock), the freed-then-retained row raises stock's own error
     assert "values" in ours["rows"]["retain_graph"] and "values" in ours["rows"]["retain_graph_module"]
     assert "donated buffers" in stock["rows"]["retain_after_a_freed_backward"].get("error", "")
+
+
+RETAINED = textwrap.dedent("""\
+    import torch
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)).cuda()
+    f = torch.compile(m)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    x = torch.randn(4, 8, device="cuda")
+    for step in range(3):
+        out = f(x).sum()
+        out.backward(retain_graph=True)
+        out.backward()
+        opt.step()
+        opt.zero_grad()
+    """)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the virtual device is Linux-only")
+def test_a_script_that_retains_its_graph_warms(tmp_path: Path) -> None:
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "train.py").write_text(RETAINED)
+    cmd = [sys.executable, "-m", "pcompile.cli.main", "warm", str(job / "train.py"), "--target", "h100",
+           "--cache-dir", str(tmp_path / "cache"), "--json", "--steps", "3"]
+    env = t.clean_env(PCOMPILE_PROGRESS="0", PCOMPILE_POOL="off")
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=str(job))
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log[-3000:]
+    report = json.loads([ln for ln in out.stdout.splitlines() if ln.startswith("{")][-1])["report"]
+    assert report["status"] == "completed" and report["steps_done"] == 3 and report["backward_calls"] == 6, log[-3000:]
+    assert report["pcompile_backend"] == "installed", report["pcompile_backend"]
