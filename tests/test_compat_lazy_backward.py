@@ -35,7 +35,7 @@ def test_eager_backward_sets_flag_only_inside(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_backward_impl_still_decides_donation_at_the_first_backward() -> None:
-    """The retained-graph rule (`_FirstBackward` in the module docstring) relies on AOTAutograd
+    """The retained-graph rule (`_deciding_get_or_compile`, module docstring) relies on AOTAutograd
     asking `get_or_compile(saved_tensors_use_once=...)` for the compiled backward before checking
     `fw_metadata.bw_donated_idxs`, and on the lazy path clearing that list for a kept graph."""
     from torch._functorch._aot_autograd import runtime_wrappers as rw

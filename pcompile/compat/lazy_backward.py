@@ -15,7 +15,7 @@ Retained graphs: a backward lowered ahead donates the forward's saved intermedia
 reuses their memory), which AOTAutograd refuses at run time when the graph is kept
 (`retain_graph=True`, `create_graph=True`). Stock decides at the first backward instead: when
 that one keeps the graph it lowers without donation and clears `bw_donated_idxs` for good.
-`_FirstBackward` gives the same answer per compiled region: if the first backward of a region
+`_deciding_get_or_compile` gives the same answer per compiled region: if the first backward of a region
 pcompile lowered ahead keeps its graph, the donation is cleared as stock clears it and every
 kept-graph backward of that region runs on private copies of the donated tensors, so the saved
 ones survive for the next backward (values are the same kernels' values; memory is what stock's
