@@ -212,6 +212,9 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
     from pcompile.compat import warm_storage
 
     warm_storage.install(mode)  # distinct data_ptr()s, deepcopy/clone of fakes (vdev classes 6, 7)
+    from pcompile.compat import warm_tracers
+
+    warm_tracers.tracers_see_no_script_mode(mode)  # the script's make_fx makes its own mode, as on the GPU
     if spec.get("world_size"):
         from pcompile.warm import fakepg
 
