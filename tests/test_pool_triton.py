@@ -253,3 +253,39 @@ def test_unknown_torch_version_pool_off_and_serial_compile_all_leave_inductor_st
     assert not out["installed"]
     lines = [line for line in out["stderr"].splitlines() if "stock Inductor" in line]
     assert len(lines) == 1 and "2.99.0" in lines[0], out["stderr"]
+
+
+CANDIDATES = """
+assert pool_install.install_pool()
+from pathlib import Path
+from pcompile.compat import autotune_precompile
+pool = ac.AsyncCompile.process_pool()
+fresh = os.environ["FRESH_TRITON_DIR"]
+if os.environ.get("AS_CANDIDATES"):
+    with autotune_precompile.submitting_candidates():  # what max-autotune's precompile step runs in
+        futures = [inductor_submit(pool, k["name"], k["source"], triton_dir=fresh) for k in KERNELS]
+else:
+    futures = [inductor_submit(pool, k["name"], k["source"], triton_dir=fresh) for k in KERNELS]
+t0 = time.perf_counter()
+results = [f.result(timeout=300)[0] for f in futures]   # the precompile step's wait
+configs = sum(len(k.compile_results) for k in results)
+cubins = sorted(p.name for p in Path(fresh).rglob("*.cubin")) if os.path.isdir(fresh) else []
+print(json.dumps({"counts": pool_install.counts(), "configs": configs, "cubins": cubins}))
+"""
+
+
+def test_autotune_candidates_from_the_store_land_in_the_local_triton_dir(env: dict[str, str], tmp_path: Path) -> None:
+    """Issue 34: max-autotune's precompile step submits each candidate to the pool and ignores the
+    result; the benchmark then loads the candidate from Triton's local dir. A store hit that left
+    that dir empty made the benchmark compile every candidate serially inside its timing loop
+    (H200: 12.6-17.5 s for 22 choices, "0.0003 seconds precompiling"). Candidates answered from
+    the store must still have their cubins on local disk when the precompile step's wait ends;
+    other kernels keep the store's answer alone (nothing local to write on a hot start)."""
+    first = run(CANDIDATES, dict(env, FRESH_TRITON_DIR=str(tmp_path / "triton-first")))
+    n = len(json.loads(DATA.read_text())["kernels"])
+    assert first["counts"]["compiled"] == n, first["counts"]
+    hot = run(CANDIDATES, dict(env, FRESH_TRITON_DIR=str(tmp_path / "triton-hot")))
+    assert hot["counts"]["hit"] == n and hot["cubins"] == [], hot  # unchanged: the store answers alone
+    tuned = run(CANDIDATES, dict(env, FRESH_TRITON_DIR=str(tmp_path / "triton-tuned"), AS_CANDIDATES="1"))
+    assert len(tuned["cubins"]) == tuned["configs"] >= n, tuned  # every config's cubin, before any benchmark
+    assert tuned["counts"]["hit"] == n and tuned["counts"].get("candidate") == n, tuned["counts"]

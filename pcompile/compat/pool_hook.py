@@ -104,6 +104,9 @@ class TritonJob:
     source: str
     extra_env: dict[str, str | None]
     extra_config: dict[str, Any]
+    #: submitted by max-autotune's precompile step: its cubins must be in this host's Triton dir
+    #: before the benchmark loads it (compat/autotune_precompile.py), not only in the store
+    candidate: bool = False
 
 
 def triton_job(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> TritonJob | None:
@@ -117,7 +120,9 @@ def triton_job(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, 
     if load_kernel.keywords or len(load_kernel.args) != 2:
         return None
     kernel_name, source = load_kernel.args
-    return TritonJob(str(kernel_name), str(source), dict(extra_env or {}), dict(extra_config or {}))
+    from pcompile.compat.autotune_precompile import is_candidate
+
+    return TritonJob(str(kernel_name), str(source), dict(extra_env or {}), dict(extra_config or {}), is_candidate())
 
 
 def is_ready_probe(fn: Callable[..., Any]) -> bool:
