@@ -311,6 +311,14 @@ def run_triton_job(
     return TritonResult(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL), {}, seconds, f"pid {os.getpid()}")
 
 
+def load_kernel_source(kernel_name: str, source: str) -> Any:
+    """The parent's own load of a kernel module (its autotuner, with the Triton function a
+    pickled autotuner lacks), with the GPU driver set-up skipped where it cannot work."""
+    _, codecache, _, _ = _modules()
+    with _no_gpu_driver_setup_in_parent():
+        return codecache._load_triton_kernel_from_source(kernel_name, source)
+
+
 def run_configs_job(
     load_kernel: Callable[[], Any],
     extra_env: dict[str, str | None] | None,

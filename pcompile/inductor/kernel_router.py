@@ -115,6 +115,7 @@ class KernelRouter:
                 value = self._candidate_on_disk(job, built)
             device = self.hook.device_of(job.source)
             device_index.bind_kernel(value[0], device[2] if device else None)
+            self._apply_cached_winner(job, value[0], built)
             if outcome == "compiled":  # a hit's candidates were compiled where it was
                 self._compile_coordesc_ring(job)
             return value
@@ -162,6 +163,27 @@ class KernelRouter:
             kernels += n > 0
             configs += n
         return kernels, configs, late
+
+    def _apply_cached_winner(self, job: Any, kernel: Any, built: dict[str, Any]) -> None:
+        """A kernel from the store holds the winner its builder saw (none, when a warm built it):
+        apply the one this process sees, as a stock worker loading the module here would
+        (compat/autotune_recheck.py). Not in a warm: nothing launches there. Never fails a job:
+        without a winner the kernel benchmarks at its first launch, as it would have."""
+        if store_gateway.cannot_time() or job.candidate:
+            return
+        from pcompile.compat import autotune_recheck
+
+        def reload() -> Any:
+            return self.hook.load_kernel_source(job.kernel_name, job.source)
+
+        try:
+            applied = autotune_recheck.apply_cached_winner(kernel, reload)
+        except Exception as exc:
+            warn_once("autotune-recheck", f"pcompile: could not apply a cached autotune winner ({type(exc).__name__}: {exc}); "
+                      "such kernels benchmark at their first launch", logger=log)
+            return
+        if applied:
+            built["autotune"] = applied
 
     def _candidate_on_disk(self, job: Any, built: dict[str, Any]) -> tuple[Any, int]:
         """A max-autotune candidate the store already had: run its compile on the pool anyway,
