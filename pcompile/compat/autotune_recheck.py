@@ -72,7 +72,10 @@ def apply_cached_winner(autotuner: Any, reload_kernel: Callable[[], Any]) -> str
     configs = list(getattr(autotuner, "configs", None) or [r.config for r in results])
     kwargs: dict[str, Any] = {}
     if "dynamic_scale_rblock_eligible" in inspect.signature(th.check_autotune_cache).parameters:
-        kwargs["dynamic_scale_rblock_eligible"] = bool(getattr(autotuner, "_could_rblock_scale", False))
+        try:  # a cached property reading the kernel's meta: never let it fail the re-read
+            kwargs["dynamic_scale_rblock_eligible"] = bool(autotuner._could_rblock_scale)
+        except Exception:
+            kwargs["dynamic_scale_rblock_eligible"] = False
     cached, _cache, info = th.check_autotune_cache(configs, autotuner.filename, autotuner.inductor_meta, **kwargs)
     if info.get("autotune_cache_state") != "hit" or len(cached) != 1:
         return None
