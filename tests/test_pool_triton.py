@@ -261,11 +261,18 @@ from pathlib import Path
 from pcompile.compat import autotune_precompile
 pool = ac.AsyncCompile.process_pool()
 fresh = os.environ["FRESH_TRITON_DIR"]
+def submit(k):
+    if os.environ.get("NO_TRITON_DIR"):  # Inductor passes TRITON_CACHE_DIR only once this process set it
+        extra_env = {"TORCHINDUCTOR_CACHE_DIR": os.environ["TORCHINDUCTOR_CACHE_DIR"]}
+        load_kernel = functools.partial(_load_triton_kernel_from_source, k["name"], k["source"])
+        config = {"use_static_triton_launcher": torch._inductor.config.use_static_triton_launcher}
+        return pool.submit(_worker_compile_triton, load_kernel, extra_env, config)
+    return inductor_submit(pool, k["name"], k["source"], triton_dir=fresh)
 if os.environ.get("AS_CANDIDATES"):
     with autotune_precompile.submitting_candidates():  # what max-autotune's precompile step runs in
-        futures = [inductor_submit(pool, k["name"], k["source"], triton_dir=fresh) for k in KERNELS]
+        futures = [submit(k) for k in KERNELS]
 else:
-    futures = [inductor_submit(pool, k["name"], k["source"], triton_dir=fresh) for k in KERNELS]
+    futures = [submit(k) for k in KERNELS]
 t0 = time.perf_counter()
 results = [f.result(timeout=300)[0] for f in futures]   # the precompile step's wait
 configs = sum(len(k.compile_results) for k in results)
@@ -289,6 +296,13 @@ def test_autotune_candidates_from_the_store_land_in_the_local_triton_dir(env: di
     tuned = run(CANDIDATES, dict(env, FRESH_TRITON_DIR=str(tmp_path / "triton-tuned"), AS_CANDIDATES="1"))
     assert len(tuned["cubins"]) == tuned["configs"] >= n, tuned  # every config's cubin, before any benchmark
     assert tuned["counts"]["hit"] == n and tuned["counts"].get("candidate") == n, tuned["counts"]
+    # Before this process set TRITON_CACHE_DIR, the shared daemon's worker still has the dir of the
+    # jobs above in its environment; the cubins must land where this process's benchmark will look.
+    inductor = tmp_path / "inductor-unset"
+    unset = {k: v for k, v in env.items() if k != "TRITON_CACHE_DIR"}
+    late = run(CANDIDATES, dict(unset, TORCHINDUCTOR_CACHE_DIR=str(inductor), NO_TRITON_DIR="1", AS_CANDIDATES="1",
+                                FRESH_TRITON_DIR=str(inductor / "triton" / "0")))
+    assert len(late["cubins"]) == late["configs"] >= n, late
 
 
 WINNERS = """

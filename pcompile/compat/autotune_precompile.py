@@ -14,6 +14,7 @@ thread-local flag set around `make_precompile_fn` marks exactly its submissions.
 Touched (torch 2.11.0 select_algorithm.py:3395, 2.14.1 :4639; same signature and the same
 `triton_cuda_choice and async_compile.use_process_pool()` branch in both):
   torch._inductor.select_algorithm.AlgorithmSelectorCache.make_precompile_fn
+  torch._inductor.runtime.cache_dir_utils.triton_cache_dir(device) (2.11.0 :30, 2.14.1 :37)
 """
 from __future__ import annotations
 
@@ -40,6 +41,9 @@ def _selector() -> Any:
 
 def check() -> None:
     """Raise CompatError naming what moved."""
+    from torch._inductor.runtime import cache_dir_utils
+
+    require_attr(cache_dir_utils, "triton_cache_dir", "torch._inductor.runtime.cache_dir_utils")
     fn = require_attr(_selector(), "make_precompile_fn", "AlgorithmSelectorCache")
     params = list(inspect.signature(getattr(fn, "__wrapped__", fn)).parameters)
     if params[:4] != ["self", "choices", "name", "inputs_key"]:
@@ -82,6 +86,16 @@ def install() -> bool:
     setattr(make_precompile_fn, _MARK, True)
     cls.make_precompile_fn = make_precompile_fn
     return True
+
+
+def local_triton_dir(device_index: int) -> str:
+    """The Triton dir this process's benchmark will load a candidate from: the one Inductor's
+    first in-process autotuner sets when TRITON_CACHE_DIR is unset (`triton_cache_dir`, 2.11 and
+    2.14). A shared pool worker must be told it: its own environment keeps whatever dir an earlier
+    requester (a warm) passed, and Inductor passes TRITON_CACHE_DIR only once it is set here."""
+    from torch._inductor.runtime.cache_dir_utils import triton_cache_dir
+
+    return triton_cache_dir(device_index)
 
 
 def installed() -> bool:

@@ -18,6 +18,7 @@ plus one warning; store trouble means compile without caching plus one warning.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -195,6 +196,11 @@ class KernelRouter:
             fp = self.key_for(job)[2]
         except Exception:
             fp = None
+        if not job.extra_env.get("TRITON_CACHE_DIR"):
+            from pcompile.compat.autotune_precompile import local_triton_dir
+
+            device = self.hook.device_of(job.source)
+            job = dataclasses.replace(job, extra_env={**job.extra_env, "TRITON_CACHE_DIR": local_triton_dir(device[2] if device else 0)})
         # a Ray actor compiles into its own host's dirs: this host's must be filled here
         result = triton_jobs.compile_in_process(job) if self.kind == "ray" else self.compile(job, fp)
         self._count("candidate")
