@@ -253,3 +253,100 @@ def test_unknown_torch_version_pool_off_and_serial_compile_all_leave_inductor_st
     assert not out["installed"]
     lines = [line for line in out["stderr"].splitlines() if "stock Inductor" in line]
     assert len(lines) == 1 and "2.99.0" in lines[0], out["stderr"]
+
+
+CANDIDATES = """
+assert pool_install.install_pool()
+from pathlib import Path
+from pcompile.compat import autotune_precompile
+pool = ac.AsyncCompile.process_pool()
+fresh = os.environ["FRESH_TRITON_DIR"]
+def submit(k):
+    if os.environ.get("NO_TRITON_DIR"):  # Inductor passes TRITON_CACHE_DIR only once this process set it
+        extra_env = {"TORCHINDUCTOR_CACHE_DIR": os.environ["TORCHINDUCTOR_CACHE_DIR"]}
+        load_kernel = functools.partial(_load_triton_kernel_from_source, k["name"], k["source"])
+        config = {"use_static_triton_launcher": torch._inductor.config.use_static_triton_launcher}
+        return pool.submit(_worker_compile_triton, load_kernel, extra_env, config)
+    return inductor_submit(pool, k["name"], k["source"], triton_dir=fresh)
+if os.environ.get("AS_CANDIDATES"):
+    with autotune_precompile.submitting_candidates():  # what max-autotune's precompile step runs in
+        futures = [submit(k) for k in KERNELS]
+else:
+    futures = [submit(k) for k in KERNELS]
+t0 = time.perf_counter()
+results = [f.result(timeout=300)[0] for f in futures]   # the precompile step's wait
+configs = sum(len(k.compile_results) for k in results)
+cubins = sorted(p.name for p in Path(fresh).rglob("*.cubin")) if os.path.isdir(fresh) else []
+print(json.dumps({"counts": pool_install.counts(), "configs": configs, "cubins": cubins}))
+"""
+
+
+def test_autotune_candidates_from_the_store_land_in_the_local_triton_dir(env: dict[str, str], tmp_path: Path) -> None:
+    """Issue 34: max-autotune's precompile step submits each candidate to the pool and ignores the
+    result; the benchmark then loads the candidate from Triton's local dir. A store hit that left
+    that dir empty made the benchmark compile every candidate serially inside its timing loop
+    (H200: 12.6-17.5 s for 22 choices, "0.0003 seconds precompiling"). Candidates answered from
+    the store must still have their cubins on local disk when the precompile step's wait ends;
+    other kernels keep the store's answer alone (nothing local to write on a hot start)."""
+    first = run(CANDIDATES, dict(env, FRESH_TRITON_DIR=str(tmp_path / "triton-first")))
+    n = len(json.loads(DATA.read_text())["kernels"])
+    assert first["counts"]["compiled"] == n, first["counts"]
+    hot = run(CANDIDATES, dict(env, FRESH_TRITON_DIR=str(tmp_path / "triton-hot")))
+    assert hot["counts"]["hit"] == n and hot["cubins"] == [], hot  # unchanged: the store answers alone
+    tuned = run(CANDIDATES, dict(env, FRESH_TRITON_DIR=str(tmp_path / "triton-tuned"), AS_CANDIDATES="1"))
+    assert len(tuned["cubins"]) == tuned["configs"] >= n, tuned  # every config's cubin, before any benchmark
+    assert tuned["counts"]["hit"] == n and tuned["counts"].get("candidate") == n, tuned["counts"]
+    # Before this process set TRITON_CACHE_DIR, the shared daemon's worker still has the dir of the
+    # jobs above in its environment; the cubins must land where this process's benchmark will look.
+    inductor = tmp_path / "inductor-unset"
+    unset = {k: v for k, v in env.items() if k != "TRITON_CACHE_DIR"}
+    late = run(CANDIDATES, dict(unset, TORCHINDUCTOR_CACHE_DIR=str(inductor), NO_TRITON_DIR="1", AS_CANDIDATES="1",
+                                FRESH_TRITON_DIR=str(inductor / "triton" / "0")))
+    assert len(late["cubins"]) == late["configs"] >= n, late
+
+
+WINNERS = """
+from pcompile.inductor import hooks
+assert hooks.install_hooks()
+assert pool_install.install_pool()
+from pcompile.compat import autotune_choice
+from pcompile.inductor import store_adapter
+pool = ac.AsyncCompile.process_pool()
+k = dict(KERNELS[0])  # a pointwise kernel with two configs; as codegen writes it where pcompile is the autotune backend
+k["source"] = k["source"].replace("'autotune_remote_cache': None", "'autotune_remote_cache': True")
+static = torch._inductor.config.use_static_triton_launcher
+extra_config = {"use_static_triton_launcher": static if os.environ.get("SAME_KEY") else not static}
+load_kernel = functools.partial(_load_triton_kernel_from_source, k["name"], k["source"])
+extra_env = {"TORCHINDUCTOR_CACHE_DIR": os.environ["TORCHINDUCTOR_CACHE_DIR"], "TRITON_CACHE_DIR": os.environ["TRITON_CACHE_DIR"]}
+kernel = pool.submit(_worker_compile_triton, load_kernel, extra_env, extra_config).result(timeout=300)[0]
+configs = [str(sorted(r.config.kwargs.items())) for r in kernel.compile_results]
+step = os.environ.get("STEP")
+if step == "predict":
+    assert autotune_choice.publish_prediction(kernel, store_adapter.predicting), autotune_choice.why_not(kernel)
+elif step == "measure":  # what a GPU job's first launch saves after benchmarking: the second config won
+    assert len(kernel.compile_results) == 2
+    kernel.save_cache_hook(kernel.compile_results[1].config, 1000, found_by_coordesc=False)
+print(json.dumps({"counts": pool_install.counts(), "configs": configs}))
+"""
+
+
+def test_a_stored_kernel_gets_the_winner_the_requesting_job_sees(env: dict[str, str], tmp_path: Path) -> None:
+    """Issue 34 item 2: a kernel entry holds the autotune winner its *builder* saw. Stock reads the
+    winner where the module loads, each job anew. So: a warm's prediction must not be baked into an
+    entry (a PCOMPILE_AUTOTUNE=benchmark job would use it, and no measured winner would ever replace
+    it), and a winner published after the entry was built must be used (else every job re-tunes)."""
+    def job(step: str, **extra: str) -> dict:
+        name = f"{step}-{len(list(tmp_path.iterdir()))}"
+        return run(WINNERS, dict(env, STEP=step, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / name / "inductor"),
+                                 TRITON_CACHE_DIR=str(tmp_path / name / "triton"), **extra))
+
+    first = job("predict", SAME_KEY="1")  # builds the entry (both configs), then files a prediction
+    assert first["counts"]["compiled"] == 1 and len(first["configs"]) == 2, first
+    predicted = job("use", SAME_KEY="1")  # hit; PCOMPILE_AUTOTUNE=predicted (default): the prediction applies
+    assert predicted["counts"]["hit"] == 1 and predicted["configs"] == first["configs"][:1], predicted
+    # a new entry built while the prediction exists, for a job that wants to benchmark: both configs
+    built = job("use", PCOMPILE_AUTOTUNE="benchmark")
+    assert built["counts"]["compiled"] == 1 and built["configs"] == first["configs"], built
+    measured = job("measure", SAME_KEY="1", PCOMPILE_AUTOTUNE="benchmark")  # a GPU job publishes its measured winner: the second config
+    after = job("use", SAME_KEY="1")
+    assert after["counts"]["hit"] == 1 and after["configs"] == first["configs"][1:], (measured, after)

@@ -104,6 +104,9 @@ class TritonJob:
     source: str
     extra_env: dict[str, str | None]
     extra_config: dict[str, Any]
+    #: submitted by max-autotune's precompile step: its cubins must be in this host's Triton dir
+    #: before the benchmark loads it (compat/autotune_precompile.py), not only in the store
+    candidate: bool = False
 
 
 def triton_job(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> TritonJob | None:
@@ -117,7 +120,9 @@ def triton_job(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, 
     if load_kernel.keywords or len(load_kernel.args) != 2:
         return None
     kernel_name, source = load_kernel.args
-    return TritonJob(str(kernel_name), str(source), dict(extra_env or {}), dict(extra_config or {}))
+    from pcompile.compat.autotune_precompile import is_candidate
+
+    return TritonJob(str(kernel_name), str(source), dict(extra_env or {}), dict(extra_config or {}), is_candidate())
 
 
 def is_ready_probe(fn: Callable[..., Any]) -> bool:
@@ -304,6 +309,14 @@ def run_triton_job(
         result = compile_tasks._worker_compile_triton(load_kernel, env, extra_config)
     seconds = time.perf_counter() - t0
     return TritonResult(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL), {}, seconds, f"pid {os.getpid()}")
+
+
+def load_kernel_source(kernel_name: str, source: str) -> Any:
+    """The parent's own load of a kernel module (its autotuner, with the Triton function a
+    pickled autotuner lacks), with the GPU driver set-up skipped where it cannot work."""
+    _, codecache, _, _ = _modules()
+    with _no_gpu_driver_setup_in_parent():
+        return codecache._load_triton_kernel_from_source(kernel_name, source)
 
 
 def run_configs_job(

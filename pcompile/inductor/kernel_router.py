@@ -18,6 +18,7 @@ plus one warning; store trouble means compile without caching plus one warning.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -111,8 +112,11 @@ class KernelRouter:
         built: dict[str, Any] = {}
         try:
             value, outcome = self._resolve(job, built)
+            if outcome == "hit" and job.candidate and not store_gateway.cannot_time():
+                value = self._candidate_on_disk(job, built)
             device = self.hook.device_of(job.source)
             device_index.bind_kernel(value[0], device[2] if device else None)
+            self._apply_cached_winner(job, value[0], built)
             if outcome == "compiled":  # a hit's candidates were compiled where it was
                 self._compile_coordesc_ring(job)
             return value
@@ -160,6 +164,48 @@ class KernelRouter:
             kernels += n > 0
             configs += n
         return kernels, configs, late
+
+    def _apply_cached_winner(self, job: Any, kernel: Any, built: dict[str, Any]) -> None:
+        """A kernel from the store holds the winner its builder saw (none, when a warm built it):
+        apply the one this process sees, as a stock worker loading the module here would
+        (compat/autotune_recheck.py). Not in a warm: nothing launches there. Never fails a job:
+        without a winner the kernel benchmarks at its first launch, as it would have."""
+        if store_gateway.cannot_time() or job.candidate:
+            return
+        from pcompile.compat import autotune_recheck
+
+        def reload() -> Any:
+            return self.hook.load_kernel_source(job.kernel_name, job.source)
+
+        try:
+            applied = autotune_recheck.apply_cached_winner(kernel, reload)
+        except Exception as exc:
+            warn_once("autotune-recheck", f"pcompile: could not apply a cached autotune winner ({type(exc).__name__}: {exc}); "
+                      "such kernels benchmark at their first launch", logger=log)
+            return
+        if applied:
+            built["autotune"] = applied
+
+    def _candidate_on_disk(self, job: Any, built: dict[str, Any]) -> tuple[Any, int]:
+        """A max-autotune candidate the store already had: run its compile on the pool anyway,
+        as stock's precompile step does, so its cubins land in the Triton dir the benchmark loads
+        it from (Triton's own store look-ups make that a copy, not a compile). Answering from the
+        store alone made the benchmark compile every candidate serially in its timing loop
+        (compat/autotune_precompile.py). Not in a warm: its timings are faked, nothing loads."""
+        try:
+            fp = self.key_for(job)[2]
+        except Exception:
+            fp = None
+        if not job.extra_env.get("TRITON_CACHE_DIR"):
+            from pcompile.compat.autotune_precompile import local_triton_dir
+
+            device = self.hook.device_of(job.source)
+            job = dataclasses.replace(job, extra_env={**job.extra_env, "TRITON_CACHE_DIR": local_triton_dir(device[2] if device else 0)})
+        # a Ray actor compiles into its own host's dirs: this host's must be filled here
+        result = triton_jobs.compile_in_process(job) if self.kind == "ray" else self.compile(job, fp)
+        self._count("candidate")
+        built.update(candidate=True, worker=result.where, worker_s=round(result.seconds, 6))
+        return pickle.loads(result.data)
 
     def _resolve(self, job: Any, built: dict[str, Any]) -> tuple[tuple[Any, int], str]:
         try:

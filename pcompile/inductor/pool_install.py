@@ -149,6 +149,9 @@ def install_pool() -> bool:
             if pool_hook.installed():
                 return True
             pool_hook.install_process_pool(lambda: InductorPool(_get_router(kind, address)))
+            from pcompile.compat import autotune_precompile
+
+            autotune_precompile.install()  # marks max-autotune's candidates (kernel_router._candidate_on_disk)
             _listen_for_first_compile()
             return True
         except Exception as exc:  # never break a compile over the pool

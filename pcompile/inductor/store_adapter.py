@@ -61,7 +61,10 @@ def _autotune_lookup(key: str) -> bytes | None:
     that cannot time kernels (a warm) leaves the kernel for the GPU job: `untimed`, not a miss."""
     entry = store_gateway.lookup("autotune", key, single_flight=False, counted=False)
     winner = "measured"
-    if entry is None and autotune_policy() == "predicted":
+    # Never inside a kernel entry's build (a pool job): the entry would keep only the predicted
+    # config for every later job, whatever its policy and whatever winner is measured later. The
+    # process that asked for the kernel applies its own view (compat/autotune_recheck.py).
+    if entry is None and autotune_policy() == "predicted" and not store_gateway.building("kernel"):
         entry = store_gateway.lookup("autotune_predicted", key, single_flight=False, counted=False)
         winner = "predicted"
     if entry is not None:

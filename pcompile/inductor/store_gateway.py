@@ -130,6 +130,11 @@ def inside(layer: str, untimed: bool | None = None) -> Iterator[None]:
         _tls.inside, _tls.untimed = previous
 
 
+def building(layer: str) -> bool:
+    """True while this thread builds an entry of `layer` (inside `inside(layer)`)."""
+    return getattr(_tls, "inside", None) == layer
+
+
 def cannot_time() -> bool:
     """This process (or the job a worker compiles for) runs on a virtual device: pcompile warm."""
     flag = getattr(_tls, "untimed", None)
