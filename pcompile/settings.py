@@ -209,6 +209,10 @@ RAY_ACTORS = _declare("PCOMPILE_RAY_ACTORS", Int(minimum=0), None, "Ray compile 
 EAGER_BACKWARD = _declare("PCOMPILE_EAGER_BACKWARD", Bool(), True,
                           "compile a region's backward with its forward, so its AOTAutograd entry is published before "
                           "the first `.backward()` (part of AOTAutograd's key: warm host and GPU job must agree)")
+DDP_AUTOGRAD_CACHE = _declare(
+    "PCOMPILE_DDP_AUTOGRAD_CACHE", Bool(), True,
+    "store and load AOTAutograd entries for DDPOptimizer's bucket-split graphs, which torch's own cache bypasses "
+    "(needs PCOMPILE_EAGER_BACKWARD; `0`: every rank re-traces them on every start, as stock)")
 BACKWARD_AHEAD = _declare(
     "PCOMPILE_BACKWARD_AHEAD", Bool(), None,
     "ship each region's backward graph to a worker process as soon as AOTAutograd has partitioned it, so it compiles "

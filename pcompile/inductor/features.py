@@ -28,7 +28,7 @@ import threading
 from typing import Any, Callable
 
 from pcompile import compat
-from pcompile.settings import DEBUG_FX_KEYS, INDUCTOR_LOCAL_CACHES
+from pcompile.settings import DDP_AUTOGRAD_CACHE, DEBUG_FX_KEYS, INDUCTOR_LOCAL_CACHES
 from pcompile.warn import warn_once
 
 LAYERS, HOOKS, COMPILE = "layers", "hooks", "compile"
@@ -290,6 +290,19 @@ def _install_key_dump(ctx: Context) -> Any:
     backward_graph.dump_fx_keys(DEBUG_FX_KEYS.get())
 
 
+def _install_ddp_autograd_cache(ctx: Context) -> Any:
+    """AOTAutograd entries for DDPOptimizer's split graphs, which torch bypasses (compat/ddp_autograd_cache.py)."""
+    from pcompile.compat import ddp_autograd_cache
+
+    ddp_autograd_cache.install()
+
+
+def _uninstall_ddp_autograd_cache() -> None:
+    from pcompile.compat import ddp_autograd_cache
+
+    ddp_autograd_cache.uninstall()
+
+
 TRITON_MANAGER = "pcompile.inductor.triton_cache:StoreCacheManager"  # triton_cache.MANAGER_PATH, unimported
 
 # ---- the registry, in install order ---------------------------------------------------------
@@ -311,6 +324,8 @@ FEATURES: tuple[Feature, ...] = (
     Feature("backward_ahead", _install_backward_ahead, wanted=_backward_ahead_wanted, checks=("backward_graph",),
             uninstall=_uninstall_backward_graph, when=COMPILE, needs=(ANY_LAYER,),
             warning=("backward_graph", "pcompile: backward graphs compile after their forward in this torch ({reason})")),
+    Feature("ddp_autograd_cache", _install_ddp_autograd_cache, wanted=lambda: bool(DDP_AUTOGRAD_CACHE.get()),
+            checks=("ddp_autograd_cache",), uninstall=_uninstall_ddp_autograd_cache, needs=("autograd",)),
     Feature("key_dump", _install_key_dump, wanted=lambda: bool(DEBUG_FX_KEYS.get()), checks=("backward_graph",),
             needs=(ANY_LAYER,)),
 )
