@@ -161,11 +161,12 @@ def describe_outputs(out_metas: list[Any], strides: list[Any] | None,
     backward) but may not share storage with one otherwise."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensor
+    from torch.multiprocessing.reductions import StorageWeakRef
 
     out: list[Any] = []
     input_ids = {id(t) for t in inputs if isinstance(t, torch.Tensor)}
-    input_storages = {id(t.untyped_storage()) for t in inputs if isinstance(t, torch.Tensor)}
-    storages: set[int] = set()
+    input_storages = {StorageWeakRef(t.untyped_storage()) for t in inputs if isinstance(t, torch.Tensor)}
+    storages: set[Any] = set()
     seen: dict[int, int] = {}
     for i, meta in enumerate(out_metas):
         if meta is None or type(meta) in (int, float, bool):
@@ -182,7 +183,7 @@ def describe_outputs(out_metas: list[Any], strides: list[Any] | None,
         fields = (*meta.shape, *meta.stride(), *(final or ()))
         if not all(type(v) is int for v in fields):
             return None  # symbolic: torch's bypass stands
-        storage = id(meta.untyped_storage())
+        storage = StorageWeakRef(meta.untyped_storage())
         if storage in storages or (storage in input_storages and id(meta) not in input_ids):
             return None
         storages.add(storage)
