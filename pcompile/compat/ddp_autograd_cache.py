@@ -55,7 +55,10 @@ TAG = "pcompile-ddp-fakified-first-call/v1"
 #: The entry's attribute carrying the forward outputs' metadata (pickled with the entry).
 FIELD = "_pcompile_ddp_fake_outs"
 
-_local = threading.local()  # keys this thread computed for DDP-split graphs, and their fakes
+_lock = threading.Lock()
+_ddp_keys: set[str] = set()  # AOTAutograd keys computed for DDP-split graphs in this process
+_pending: dict[str, list[Any]] = {}  # such a key -> its first-call fakes, from its compile to its save
+_local = threading.local()  # first_call: the fakes of the entry this thread is loading
 _installed: dict[str, Any] = {}  # "owner.attr" -> original, while installed
 
 
@@ -131,15 +134,9 @@ def _ddp_split(ctx: Any, aot_config: Any) -> bool:
             and bool(getattr(aot_config, "force_non_lazy_backward_lowering", False)))
 
 
-def _keys() -> set[str]:
-    if not hasattr(_local, "keys"):
-        _local.keys, _local.fakes = set(), {}
-    return _local.keys
-
-
-def _fakes() -> dict[str, list[Any]]:
-    _keys()
-    return _local.fakes
+def _is_ddp_key(key: str) -> bool:
+    with _lock:
+        return key in _ddp_keys
 
 
 def ddp_key(key: str) -> str:
@@ -275,7 +272,8 @@ def install() -> None:
             finally:
                 ctx.fakify_first_call = True
             key = ddp_key(key)
-            _keys().add(key)
+            with _lock:
+                _ddp_keys.add(key)
             return key, [*lines, f"[pcompile] DDP split graph, first call fakified: {TAG}"]
         return autograd_cache_key
 
@@ -283,7 +281,7 @@ def install() -> None:
         def wrapped(self: Any, fw_module: Any, flat_args: Any, aot_config: Any, **kwargs: Any) -> Any:
             out = orig(self, fw_module, flat_args, aot_config, **kwargs)
             info = getattr(aot_config, "cache_info", None)
-            if info is not None and info.cache_key in _keys():
+            if info is not None and _is_ddp_key(info.cache_key):
                 self._pcompile_inputs = [n.meta.get("val") for n in fw_module.graph.find_nodes(op="placeholder")]
             return out
         return wrapped
@@ -291,20 +289,22 @@ def install() -> None:
     def post_compile(orig: Callable[..., Any]) -> Callable[..., Any]:
         def wrapped(self: Any, compiled_fn: Any, aot_config: Any, **kwargs: Any) -> Any:
             info = getattr(aot_config, "cache_info", None)
-            if info is not None and info.cache_key in _keys() and self.needs_post_compile:
+            if info is not None and _is_ddp_key(info.cache_key) and self.needs_post_compile:
                 meta = kwargs.get("runtime_metadata")
                 described = describe_outputs(list(self.out_metas), self.fwd_output_strides,
                                              getattr(self, "_pcompile_inputs", ()))
                 if described is not None and meta is not None and _plain_wrappers(meta, None):
-                    _fakes()[info.cache_key] = described
+                    with _lock:
+                        _pending[info.cache_key] = described
             return orig(self, compiled_fn, aot_config, **kwargs)
         return wrapped
 
     def save(orig: Callable[..., Any]) -> Callable[..., Any]:
         def wrapped(key: str, entry: Any, remote: bool) -> Any:
-            if key not in _keys():
+            if not _is_ddp_key(key):
                 return orig(key, entry, remote)
-            described = _fakes().pop(key, None)
+            with _lock:
+                described = _pending.pop(key, None)
             if described is None or not _plain_wrappers(entry.runtime_metadata, entry.maybe_subclass_meta):
                 return None  # torch's bypass stands for this graph: nothing a hit could rebuild
             setattr(entry, FIELD, described)
