@@ -18,7 +18,7 @@ an entry for the same graph compiled outside DDP never stand in for each other. 
 first call returns fakes rebuilt from that metadata in the tracing fake mode, exactly like
 `FakifiedOutWrapper`, and `fw_metadata` is set as a compile would.
 
-When it stays stock (torch's bypass): another torch minor than the one read (2.14); the
+When it stays stock (torch's bypass): a torch minor other than those read (2.11, 2.14); the
 backward lowered lazily (`force_non_lazy_backward_lowering` off: DDP's lazy backward pops one
 `fw_metadata` per lazily compiled bucket, and a hit bucket compiles none, so a later bucket
 would read its neighbour's); and no entry is written when the forward outputs are anything but
@@ -26,15 +26,17 @@ plain, static, non-aliasing fakes (symbolic sizes, views, outputs sharing storag
 or the graph has effect tokens, functionalized RNG or subclass inputs (wrappers whose order
 around the fakified call would differ on a hit). A hit whose metadata cannot be rebuilt is a miss.
 
-Touched (torch 2.14.1): `torch._functorch._aot_autograd.autograd_cache`: `autograd_cache_key`
-(module global, called by `AOTAutogradCache.try_load`), `AOTAutogradCache.save` (staticmethod),
-`AOTAUTOGRAD_CACHE_PREFIX`, `FXGraphCacheMiss`; `torch._functorch._aot_autograd.runtime_wrappers.
-FakifiedOutWrapper` (`pre_compile`, `post_compile`, fields `out_metas`, `fwd_output_strides`,
-`needs_post_compile`); `torch._functorch._aot_autograd.aot_autograd_result.
-GenericAOTAutogradResult` (`wrap_post_compile`, `_load_and_post_compile`, fields
-`runtime_metadata`, `maybe_subclass_meta`); `torch._guards.TracingContext` (`fakify_first_call`,
-`ddp_optimizer_ctx`, `fw_metadata`, `fake_mode`); `ViewAndMutationMeta` (`tokens`,
-`is_rng_op_functionalized`, `num_graphsafe_rng_states`, `act_input_paths`).
+Touched (read in torch 2.11.0 and 2.14.1; same call sites in both):
+`torch._functorch._aot_autograd.autograd_cache`: `autograd_cache_key` (module global, called
+positionally by `AOTAutogradCache.try_load`; its first parameter is `gm` in 2.11, `mod` in 2.14),
+`AOTAutogradCache.save` (staticmethod), `FXGraphCacheMiss` (try_load counts it as a miss and
+compiles); `torch._functorch._aot_autograd.runtime_wrappers.FakifiedOutWrapper` (`pre_compile`,
+`post_compile`, fields `out_metas`, `fwd_output_strides`, `needs_post_compile`);
+`torch._functorch._aot_autograd.aot_autograd_result.GenericAOTAutogradResult` (`wrap_post_compile`,
+which calls `self.compiled_fw.load(args)` then `self.compiled_fw.post_compile(fn, fx_config)`;
+fields `compiled_fw`, `runtime_metadata`, `maybe_subclass_meta`); `torch._guards.TracingContext`
+(`fakify_first_call`, `ddp_optimizer_ctx`, `fw_metadata`, `fake_mode`); `ViewAndMutationMeta`
+(`tokens`, `is_rng_op_functionalized`, `num_graphsafe_rng_states`, 2.14's `act_input_paths`).
 """
 from __future__ import annotations
 
@@ -47,9 +49,9 @@ from typing import Any, Callable
 
 from pcompile.compat import CompatError, require_attr
 
-CHECKED = {"torch": "2.14.1"}
-#: The torch minor whose SubmodCompiler / cache-hit path this module was read against.
-TORCH_MINOR = (2, 14)
+CHECKED = {"torch": "2.11.0, 2.14.1"}
+#: The torch minors whose SubmodCompiler / cache-hit path this module was read against.
+TORCH_MINORS = ((2, 11), (2, 14))
 #: Mixed into the AOTAutograd key of a DDP-split graph; bump when what is stored changes.
 TAG = "pcompile-ddp-fakified-first-call/v1"
 #: The entry's attribute carrying the forward outputs' metadata (pickled with the entry).
@@ -58,7 +60,6 @@ FIELD = "_pcompile_ddp_fake_outs"
 _lock = threading.Lock()
 _ddp_keys: set[str] = set()  # AOTAutograd keys computed for DDP-split graphs in this process
 _pending: dict[str, list[Any]] = {}  # such a key -> its first-call fakes, from its compile to its save
-_local = threading.local()  # first_call: the fakes of the entry this thread is loading
 _installed: dict[str, Any] = {}  # "owner.attr" -> original, while installed
 
 
@@ -77,17 +78,17 @@ def _torch_minor() -> tuple[int, int]:
 
 def check() -> None:
     """Raise CompatError naming what moved (or that this torch was not read)."""
-    if _torch_minor() != TORCH_MINOR:
-        raise CompatError(f"DDP split-graph AOTAutograd entries were read against torch "
-                          f"{TORCH_MINOR[0]}.{TORCH_MINOR[1]} only (found {_torch_minor()})")
+    if _torch_minor() not in TORCH_MINORS:
+        read = ", ".join(f"{a}.{b}" for a, b in TORCH_MINORS)
+        raise CompatError(f"DDP split-graph AOTAutograd entries were read against torch {read} only "
+                          f"(found {'.'.join(map(str, _torch_minor()))})")
     import torch._guards
 
     ac, rw, result = _modules()
     key_fn = require_attr(ac, "autograd_cache_key", "torch._functorch._aot_autograd.autograd_cache")
     params = list(inspect.signature(inspect.unwrap(key_fn)).parameters)
-    if params[:3] != ["mod", "example_inputs", "config"]:
-        raise CompatError(f"autograd_cache_key takes {params}, expected (mod, example_inputs, config, ...)")
-    require_attr(ac, "AOTAUTOGRAD_CACHE_PREFIX", "torch._functorch._aot_autograd.autograd_cache")
+    if params[1:3] != ["example_inputs", "config"]:
+        raise CompatError(f"autograd_cache_key takes {params}, expected (gm or mod, example_inputs, config, ...)")
     require_attr(ac, "FXGraphCacheMiss", "torch._functorch._aot_autograd.autograd_cache")
     cache = require_attr(ac, "AOTAutogradCache", "torch._functorch._aot_autograd.autograd_cache")
     if not isinstance(inspect.getattr_static(cache, "save", None), staticmethod):
@@ -100,10 +101,9 @@ def check() -> None:
         if name not in fields:
             raise CompatError(f"FakifiedOutWrapper.{name} is missing")
     generic = require_attr(result, "GenericAOTAutogradResult", "torch._functorch._aot_autograd.aot_autograd_result")
-    for name in ("wrap_post_compile", "_load_and_post_compile"):
-        require_attr(generic, name, "GenericAOTAutogradResult")
+    require_attr(generic, "wrap_post_compile", "GenericAOTAutogradResult")
     annotations = getattr(generic, "__annotations__", {})
-    for name in ("runtime_metadata", "maybe_subclass_meta"):
+    for name in ("compiled_fw", "runtime_metadata", "maybe_subclass_meta"):
         if name not in annotations:
             raise CompatError(f"GenericAOTAutogradResult.{name} is missing")
     ctx = torch._guards.TracingContext(None)
@@ -112,7 +112,7 @@ def check() -> None:
             raise CompatError(f"torch._guards.TracingContext().{name} is missing")
     from torch._functorch._aot_autograd.schemas import ViewAndMutationMeta
 
-    for name in ("tokens", "num_graphsafe_rng_states", "act_input_paths"):
+    for name in ("tokens", "num_graphsafe_rng_states"):
         if name not in getattr(ViewAndMutationMeta, "__dataclass_fields__", {}):
             raise CompatError(f"ViewAndMutationMeta.{name} is missing")
     if "self.is_rng_op_functionalized" not in inspect.getsource(ViewAndMutationMeta.__post_init__):
@@ -140,11 +140,10 @@ def _is_ddp_key(key: str) -> bool:
 
 
 def ddp_key(key: str) -> str:
-    """The key a DDP-split graph is stored under: torch's key with TAG mixed in."""
-    from torch._functorch._aot_autograd.autograd_cache import AOTAUTOGRAD_CACHE_PREFIX
-
+    """The key a DDP-split graph is stored under: torch's key with TAG mixed in (and torch's
+    one-letter prefix kept, which says what kind of entry it is)."""
     digest = base64.b32encode(hashlib.sha256(f"{key}|{TAG}".encode()).digest())[:51].decode().lower()
-    return AOTAUTOGRAD_CACHE_PREFIX + digest
+    return key[:1] + digest
 
 
 # ---- what is stored: the forward outputs' fakes as plain metadata -------------------------------
@@ -322,22 +321,14 @@ def install() -> None:
                 fakes = rebuild_outputs(described, getattr(ctx, "fake_mode", None), list(args))
             if fakes is None:
                 raise ac.FXGraphCacheMiss("DDP split graph entry without rebuildable first-call fakes")
-            _local.first_call = fakes
+            compiled_fw = self.compiled_fw
+            self.compiled_fw = _FirstCallFakes(compiled_fw, fakes)
             try:
                 fn = orig(self, args, aot_config, fx_config)
             finally:
-                _local.first_call = None
+                self.compiled_fw = compiled_fw
             ctx.fw_metadata = self.runtime_metadata  # as the forward compile sets it (no subclasses)
             return fn
-        return wrapped
-
-    def load_and_post_compile(orig: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
-            fw, bw, needs_autograd = orig(self, *args, **kwargs)
-            fakes = getattr(_local, "first_call", None)
-            if fakes is not None:
-                fw = _fakified_first_call(fw, fakes)
-            return fw, bw, needs_autograd
         return wrapped
 
     _patch(ac, "autograd_cache_key", key_fn)
@@ -345,7 +336,21 @@ def install() -> None:
     _patch(rw.FakifiedOutWrapper, "post_compile", post_compile)
     _patch(ac.AOTAutogradCache, "save", save, static=True)
     _patch(result.GenericAOTAutogradResult, "wrap_post_compile", wrap_post_compile)
-    _patch(result.GenericAOTAutogradResult, "_load_and_post_compile", load_and_post_compile)
+
+
+class _FirstCallFakes:
+    """The entry's compiled forward, whose post_compile (the last step the hit path takes on the
+    forward alone, before the subclass/RNG/autograd wrappers) adds FakifiedOutWrapper's runtime
+    half, where a compile puts it; everything else is the forward's own."""
+
+    def __init__(self, compiled_fw: Any, fakes: list[Any]) -> None:
+        self._compiled_fw, self._fakes = compiled_fw, fakes
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._compiled_fw, name)
+
+    def post_compile(self, result: Any, fx_config: Any) -> Any:
+        return _fakified_first_call(self._compiled_fw.post_compile(result, fx_config), self._fakes)
 
 
 def _fakified_first_call(compiled_fn: Callable[..., Any], fakes: list[Any]) -> Callable[..., Any]:
