@@ -113,3 +113,18 @@ def test_a_ddp_restart_loads_every_bucket_graph_from_aotautograd_and_computes_th
     # the first start's buckets were stored once between the two ranks, not bypassed
     assert not any(r["aot"].get("autograd_cache_bypass") for r in first), first
     assert sum(r["aot"].get("autograd_cache_saved", 0) for r in first) == BUCKETS, first
+
+
+def test_with_a_lazily_lowered_backward_the_split_graphs_keep_torchs_bypass(tmp_path, monkeypatch):
+    """DDP's lazy backward reads one bucket's fw_metadata per lazily compiled bucket; a hit bucket
+    compiles none, so a mix of hits and misses would hand a bucket its neighbour's: stock there."""
+    for name in list(os.environ):
+        if name.startswith(("PCOMPILE", "TORCHINDUCTOR", "TORCH_LOGS")):
+            monkeypatch.delenv(name)
+    script = tmp_path / "ddp_job.py"
+    script.write_text(JOB)
+    lazy = run_job(script, {"JOB_BACKEND": "pcompile", "PCOMPILE_CACHE_DIR": str(tmp_path / "cache"),
+                            "PCOMPILE_EVENTS": "0", "PCOMPILE_EAGER_BACKWARD": "0",
+                            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")})
+    for r in lazy:
+        assert r["aot"].get("autograd_cache_bypass") == BUCKETS and not r["aot"].get("autograd_cache_saved"), lazy
