@@ -214,6 +214,10 @@ PROGRAMS = _declare("PCOMPILE_PROGRAMS", Bool(), True,
                     "cache, so a restart and the job after a warm run it without tracing (torch's caching "
                     "precompile, keyed by the torch.compile options and configs; a failing guard or an edited "
                     "source traces again). `0`: Dynamo traces every frame of every process")
+DDP_AUTOGRAD_CACHE = _declare(
+    "PCOMPILE_DDP_AUTOGRAD_CACHE", Bool(), True,
+    "store and load AOTAutograd entries for DDPOptimizer's bucket-split graphs, which torch's own cache bypasses "
+    "(needs PCOMPILE_EAGER_BACKWARD; `0`: every rank re-traces them on every start, as stock)")
 BACKWARD_AHEAD = _declare(
     "PCOMPILE_BACKWARD_AHEAD", Bool(), None,
     "ship each region's backward graph to a worker process as soon as AOTAutograd has partitioned it, so it compiles "

@@ -28,7 +28,7 @@ import threading
 from typing import Any, Callable
 
 from pcompile import compat
-from pcompile.settings import DEBUG_FX_KEYS, INDUCTOR_LOCAL_CACHES, PROGRAMS
+from pcompile.settings import DDP_AUTOGRAD_CACHE, DEBUG_FX_KEYS, INDUCTOR_LOCAL_CACHES, PROGRAMS
 from pcompile.warn import warn_once
 
 LAYERS, HOOKS, COMPILE = "layers", "hooks", "compile"
@@ -302,6 +302,19 @@ def _install_key_dump(ctx: Context) -> Any:
     backward_graph.dump_fx_keys(DEBUG_FX_KEYS.get())
 
 
+def _install_ddp_autograd_cache(ctx: Context) -> Any:
+    """AOTAutograd entries for DDPOptimizer's split graphs, which torch bypasses (compat/ddp_autograd_cache.py)."""
+    from pcompile.compat import ddp_autograd_cache
+
+    ddp_autograd_cache.install()
+
+
+def _uninstall_ddp_autograd_cache() -> None:
+    from pcompile.compat import ddp_autograd_cache
+
+    ddp_autograd_cache.uninstall()
+
+
 TRITON_MANAGER = "pcompile.inductor.triton_cache:StoreCacheManager"  # triton_cache.MANAGER_PATH, unimported
 
 # ---- the registry, in install order ---------------------------------------------------------
@@ -326,6 +339,8 @@ FEATURES: tuple[Feature, ...] = (
     Feature("programs", _install_programs, wanted=lambda: bool(PROGRAMS.get()), checks=("dynamo_programs",),
             uninstall=_uninstall_programs, when=COMPILE, needs=(ANY_LAYER,),
             warning=("programs", "pcompile: restarts trace every frame with Dynamo in this torch ({reason})")),
+    Feature("ddp_autograd_cache", _install_ddp_autograd_cache, wanted=lambda: bool(DDP_AUTOGRAD_CACHE.get()),
+            checks=("ddp_autograd_cache",), uninstall=_uninstall_ddp_autograd_cache, needs=("autograd",)),
     Feature("key_dump", _install_key_dump, wanted=lambda: bool(DEBUG_FX_KEYS.get()), checks=("backward_graph",),
             needs=(ANY_LAYER,)),
 )

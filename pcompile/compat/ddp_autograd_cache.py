@@ -1,0 +1,379 @@
+"""AOTAutograd cache entries for DDPOptimizer's bucket-split graphs, which torch bypasses.
+
+Why torch bypasses: `SubmodCompiler` (torch/_dynamo/backends/distributed.py) compiles each
+bucket's submodule with `TracingContext.fakify_first_call` set, and `check_cacheable` refuses
+such graphs ("Won't cache a graph with fakify_first_call enabled"). The flag makes AOTAutograd
+add a `FakifiedOutWrapper` whose *first* call returns the forward graph's output fakes (with
+Inductor's output strides) instead of running the kernels: SubmodCompiler runs each compiled
+bucket once on fakes to get the next bucket's example inputs. A cache hit rebuilds the runtime
+wrappers without that wrapper (`GenericAOTAutogradResult.wrap_post_compile`: "Notably absent
+... FakifiedOutWrapper") and without setting `TracingContext.fw_metadata`, which SubmodCompiler
+asserts on. So every rank re-traces every bucket on every restart.
+
+What is stored, and under which key: the entry torch would have saved, plus the forward
+outputs' fake metadata (shape, stride, storage offset, dtype, device, requires_grad), read where
+the miss built its `FakifiedOutWrapper` (after Inductor's strides were applied). The key is
+torch's key with this module's tag mixed in, so a DDP-split entry (which carries the fakes) and
+an entry for the same graph compiled outside DDP never stand in for each other. On a hit the
+first call returns fakes rebuilt from that metadata in the tracing fake mode, exactly like
+`FakifiedOutWrapper`, and `fw_metadata` is set as a compile would.
+
+When it stays stock (torch's bypass): a torch minor other than those read (2.11, 2.14); the
+backward lowered lazily (`force_non_lazy_backward_lowering` off: DDP's lazy backward pops one
+`fw_metadata` per lazily compiled bucket, and a hit bucket compiles none, so a later bucket
+would read its neighbour's); and no entry is written when the forward outputs are anything but
+plain, static, non-aliasing fakes (symbolic sizes, views, outputs sharing storage, subclasses),
+or the graph has effect tokens, functionalized RNG or subclass inputs (wrappers whose order
+around the fakified call would differ on a hit). A hit whose metadata cannot be rebuilt is a miss.
+
+Touched (read in torch 2.11.0 and 2.14.1; same call sites in both):
+`torch._functorch._aot_autograd.autograd_cache`: `autograd_cache_key` (module global, called
+positionally by `AOTAutogradCache.try_load`; its first parameter is `gm` in 2.11, `mod` in 2.14),
+`AOTAutogradCache.save` (staticmethod), `FXGraphCacheMiss` (try_load counts it as a miss and
+compiles); `torch._functorch._aot_autograd.runtime_wrappers.FakifiedOutWrapper` (`pre_compile`,
+`post_compile`, fields `out_metas`, `fwd_output_strides`, `needs_post_compile`);
+`torch._functorch._aot_autograd.aot_autograd_result.GenericAOTAutogradResult` (`wrap_post_compile`,
+which calls `self.compiled_fw.load(args)` then `self.compiled_fw.post_compile(fn, fx_config)`;
+fields `compiled_fw`, `runtime_metadata`, `maybe_subclass_meta`); `torch._guards.TracingContext`
+(`fakify_first_call`, `ddp_optimizer_ctx`, `fw_metadata`, `fake_mode`); `ViewAndMutationMeta`
+(`tokens`, `is_rng_op_functionalized`, `num_graphsafe_rng_states`, 2.14's `act_input_paths`).
+"""
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import inspect
+import threading
+from typing import Any, Callable
+
+from pcompile.compat import CompatError, require_attr
+
+CHECKED = {"torch": "2.11.0, 2.14.1"}
+#: The torch minors whose SubmodCompiler / cache-hit path this module was read against.
+TORCH_MINORS = ((2, 11), (2, 14))
+#: Mixed into the AOTAutograd key of a DDP-split graph; bump when what is stored changes.
+TAG = "pcompile-ddp-fakified-first-call/v1"
+#: The entry's attribute carrying the forward outputs' metadata (pickled with the entry).
+FIELD = "_pcompile_ddp_fake_outs"
+
+_lock = threading.Lock()
+_ddp_keys: set[str] = set()  # AOTAutograd keys computed for DDP-split graphs in this process
+_pending: dict[str, list[Any]] = {}  # such a key -> its first-call fakes, from its compile to its save
+_installed: dict[str, Any] = {}  # "owner.attr" -> original, while installed
+
+
+def _modules() -> tuple[Any, Any, Any]:
+    from torch._functorch._aot_autograd import aot_autograd_result, autograd_cache, runtime_wrappers
+
+    return autograd_cache, runtime_wrappers, aot_autograd_result
+
+
+def _torch_minor() -> tuple[int, int]:
+    import torch
+
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    return int(major), int(minor)
+
+
+def check() -> None:
+    """Raise CompatError naming what moved (or that this torch was not read)."""
+    if _torch_minor() not in TORCH_MINORS:
+        read = ", ".join(f"{a}.{b}" for a, b in TORCH_MINORS)
+        raise CompatError(f"DDP split-graph AOTAutograd entries were read against torch {read} only "
+                          f"(found {'.'.join(map(str, _torch_minor()))})")
+    import torch._guards
+
+    ac, rw, result = _modules()
+    key_fn = require_attr(ac, "autograd_cache_key", "torch._functorch._aot_autograd.autograd_cache")
+    params = list(inspect.signature(inspect.unwrap(key_fn)).parameters)
+    if params[1:3] != ["example_inputs", "config"]:
+        raise CompatError(f"autograd_cache_key takes {params}, expected (gm or mod, example_inputs, config, ...)")
+    require_attr(ac, "FXGraphCacheMiss", "torch._functorch._aot_autograd.autograd_cache")
+    cache = require_attr(ac, "AOTAutogradCache", "torch._functorch._aot_autograd.autograd_cache")
+    if not isinstance(inspect.getattr_static(cache, "save", None), staticmethod):
+        raise CompatError("AOTAutogradCache.save is no longer a staticmethod")
+    wrapper = require_attr(rw, "FakifiedOutWrapper", "torch._functorch._aot_autograd.runtime_wrappers")
+    for name in ("pre_compile", "post_compile"):
+        require_attr(wrapper, name, "FakifiedOutWrapper")
+    fields = getattr(wrapper, "__dataclass_fields__", {})
+    for name in ("out_metas", "fwd_output_strides", "needs_post_compile"):
+        if name not in fields:
+            raise CompatError(f"FakifiedOutWrapper.{name} is missing")
+    generic = require_attr(result, "GenericAOTAutogradResult", "torch._functorch._aot_autograd.aot_autograd_result")
+    require_attr(generic, "wrap_post_compile", "GenericAOTAutogradResult")
+    annotations = getattr(generic, "__annotations__", {})
+    for name in ("compiled_fw", "runtime_metadata", "maybe_subclass_meta"):
+        if name not in annotations:
+            raise CompatError(f"GenericAOTAutogradResult.{name} is missing")
+    ctx = torch._guards.TracingContext(None)
+    for name in ("fakify_first_call", "ddp_optimizer_ctx", "fw_metadata", "fake_mode"):
+        if not hasattr(ctx, name):
+            raise CompatError(f"torch._guards.TracingContext().{name} is missing")
+    from torch._functorch._aot_autograd.schemas import ViewAndMutationMeta
+
+    for name in ("tokens", "num_graphsafe_rng_states"):
+        if name not in getattr(ViewAndMutationMeta, "__dataclass_fields__", {}):
+            raise CompatError(f"ViewAndMutationMeta.{name} is missing")
+    if "self.is_rng_op_functionalized" not in inspect.getsource(ViewAndMutationMeta.__post_init__):
+        raise CompatError("ViewAndMutationMeta.__post_init__ no longer sets is_rng_op_functionalized")
+
+
+# ---- which compiles are DDP split graphs ------------------------------------------------------
+
+def _tracing_context() -> Any:
+    import torch._guards
+
+    return torch._guards.TracingContext.try_get()
+
+
+def _ddp_split(ctx: Any, aot_config: Any) -> bool:
+    """SubmodCompiler is compiling a bucket, and its backward is lowered with its forward."""
+    return (ctx is not None and bool(getattr(ctx, "fakify_first_call", False))
+            and getattr(ctx, "ddp_optimizer_ctx", None) is not None
+            and bool(getattr(aot_config, "force_non_lazy_backward_lowering", False)))
+
+
+def _is_ddp_key(key: str) -> bool:
+    with _lock:
+        return key in _ddp_keys
+
+
+def ddp_key(key: str) -> str:
+    """The key a DDP-split graph is stored under: torch's key with TAG mixed in (and torch's
+    one-letter prefix kept, which says what kind of entry it is)."""
+    digest = base64.b32encode(hashlib.sha256(f"{key}|{TAG}".encode()).digest())[:51].decode().lower()
+    return key[:1] + digest
+
+
+# ---- what is stored: the forward outputs' fakes as plain metadata -------------------------------
+
+def describe_outputs(out_metas: list[Any], strides: list[Any] | None,
+                     inputs: list[Any] = ()) -> list[Any] | None:
+    """Plain metadata of the fakified outputs, or None when any of them is not a plain, static,
+    non-aliasing fake tensor (then nothing is stored). `strides` are Inductor's output strides,
+    applied on rebuild as FakifiedOutWrapper applies them (an `as_strided` view); `inputs` the
+    forward graph's placeholder values: an output may be one of them (a primal saved for
+    backward) but may not share storage with one otherwise."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    out: list[Any] = []
+    input_ids = {id(t) for t in inputs if isinstance(t, torch.Tensor)}
+    input_storages = {StorageWeakRef(t.untyped_storage()) for t in inputs if isinstance(t, torch.Tensor)}
+    storages: set[Any] = set()
+    seen: dict[int, int] = {}
+    for i, meta in enumerate(out_metas):
+        if meta is None or type(meta) in (int, float, bool):
+            out.append(("value", meta))
+            continue
+        if type(meta) is not FakeTensor:
+            return None
+        if id(meta) in seen:  # the same tensor twice (a user output also saved for backward)
+            out.append(("same", seen[id(meta)]))
+            continue
+        if meta._is_view() or meta.layout != torch.strided or meta.storage_offset() != 0:
+            return None
+        final = strides[i] if strides and i < len(strides) and strides[i] is not None else None
+        fields = (*meta.shape, *meta.stride(), *(final or ()))
+        if not all(type(v) is int for v in fields):
+            return None  # symbolic: torch's bypass stands
+        storage = StorageWeakRef(meta.untyped_storage())
+        if storage in storages or (storage in input_storages and id(meta) not in input_ids):
+            return None
+        storages.add(storage)
+        seen[id(meta)] = i
+        final = None if final is None or tuple(final) == tuple(meta.stride()) else tuple(final)
+        out.append(("tensor", tuple(meta.shape), tuple(meta.stride()), final, str(meta.dtype),
+                    str(meta.device), bool(meta.requires_grad)))
+    return out
+
+
+def _device_map(described: list[Any], args: list[Any]) -> dict[str, str] | None:
+    """Recorded device -> this compile's device. The entry may come from another rank's GPU
+    (pcompile keys graphs as on cuda:0): a split graph's outputs are on its inputs' GPU."""
+    import torch
+
+    recorded = {d[5] for d in described if d[0] == "tensor" and d[5] != "cpu"}
+    if not recorded:
+        return {}
+    here = {str(a.device) for a in args if isinstance(a, torch.Tensor) and a.device.type != "cpu"}
+    if recorded == here:
+        return {d: d for d in recorded}
+    if len(recorded) != 1 or len(here) != 1:
+        return None
+    (old,), (new,) = recorded, here
+    return None if old.split(":")[0] != new.split(":")[0] else {old: new}
+
+
+def rebuild_outputs(described: list[Any], fake_mode: Any, args: list[Any]) -> list[Any] | None:
+    """The fakes FakifiedOutWrapper would return, made in `fake_mode`; None if they can't be."""
+    import torch
+
+    devices = _device_map(described, args)
+    if devices is None or fake_mode is None:
+        return None
+    out: list[Any] = []
+    with torch.no_grad(), fake_mode:
+        for d in described:
+            if d[0] == "value":
+                out.append(d[1])
+            elif d[0] == "same":
+                out.append(out[d[1]])
+            else:
+                _, shape, stride, final, dtype, device, requires_grad = d
+                dt = getattr(torch, dtype.split(".")[-1], None)
+                if not isinstance(dt, torch.dtype):
+                    return None
+                t = torch.empty_strided(shape, stride, dtype=dt, device=devices.get(device, device))
+                t.requires_grad_(requires_grad)
+                out.append(t if final is None else t.as_strided(shape, final))
+    return out
+
+
+def _plain_wrappers(meta: Any, subclass_meta: Any) -> bool:
+    """No wrapper sits between Inductor's forward and the fakified call on the miss path that
+    the hit path would order differently (effect tokens, functionalized RNG, subclasses)."""
+    return (subclass_meta is None and not getattr(meta, "tokens", None)
+            and not getattr(meta, "is_rng_op_functionalized", False)
+            and not getattr(meta, "num_graphsafe_rng_states", 0)
+            and not getattr(meta, "act_input_paths", None))
+
+
+# ---- the hooks --------------------------------------------------------------------------------
+
+def _patch(owner: Any, attr: str, make: Callable[[Any], Any], static: bool = False) -> None:
+    name = f"{owner.__name__}.{attr}"
+    if name in _installed:
+        return
+    original = inspect.getattr_static(owner, attr)
+    fn = original.__func__ if isinstance(original, staticmethod) else original
+    _installed[name] = (owner, attr, original)
+    wrapped = functools.wraps(fn)(make(fn))
+    setattr(owner, attr, staticmethod(wrapped) if static else wrapped)
+
+
+def install() -> None:
+    """Key, save and load DDP-split graphs' AOTAutograd entries (idempotent)."""
+    ac, rw, result = _modules()
+    if _installed:
+        return
+
+    def key_fn(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def autograd_cache_key(mod: Any, example_inputs: Any, config: Any, *args: Any, **kwargs: Any) -> Any:
+            ctx = _tracing_context()
+            if not _ddp_split(ctx, config):
+                return orig(mod, example_inputs, config, *args, **kwargs)
+            ctx.fakify_first_call = False  # torch's only objection; what it guards is handled here
+            try:
+                key, lines = orig(mod, example_inputs, config, *args, **kwargs)
+            finally:
+                ctx.fakify_first_call = True
+            key = ddp_key(key)
+            with _lock:
+                _ddp_keys.add(key)
+            return key, [*lines, f"[pcompile] DDP split graph, first call fakified: {TAG}"]
+        return autograd_cache_key
+
+    def pre_compile(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(self: Any, fw_module: Any, flat_args: Any, aot_config: Any, **kwargs: Any) -> Any:
+            out = orig(self, fw_module, flat_args, aot_config, **kwargs)
+            info = getattr(aot_config, "cache_info", None)
+            if info is not None and _is_ddp_key(info.cache_key):
+                self._pcompile_inputs = [n.meta.get("val") for n in fw_module.graph.find_nodes(op="placeholder")]
+            return out
+        return wrapped
+
+    def post_compile(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(self: Any, compiled_fn: Any, aot_config: Any, **kwargs: Any) -> Any:
+            info = getattr(aot_config, "cache_info", None)
+            if info is not None and _is_ddp_key(info.cache_key) and self.needs_post_compile:
+                meta = kwargs.get("runtime_metadata")
+                described = describe_outputs(list(self.out_metas), self.fwd_output_strides,
+                                             getattr(self, "_pcompile_inputs", ()))
+                if described is not None and meta is not None and _plain_wrappers(meta, None):
+                    with _lock:
+                        _pending[info.cache_key] = described
+            return orig(self, compiled_fn, aot_config, **kwargs)
+        return wrapped
+
+    def save(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(key: str, entry: Any, remote: bool) -> Any:
+            if not _is_ddp_key(key):
+                return orig(key, entry, remote)
+            with _lock:
+                described = _pending.pop(key, None)
+            if described is None or not _plain_wrappers(entry.runtime_metadata, entry.maybe_subclass_meta):
+                return None  # torch's bypass stands for this graph: nothing a hit could rebuild
+            setattr(entry, FIELD, described)
+            return orig(key, entry, remote)
+        return wrapped
+
+    def wrap_post_compile(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(self: Any, args: Any, aot_config: Any, fx_config: Any) -> Any:
+            ctx = _tracing_context()
+            if not _ddp_split(ctx, aot_config):
+                return orig(self, args, aot_config, fx_config)
+            described = getattr(self, FIELD, None)
+            fakes = None
+            if described is not None and _plain_wrappers(self.runtime_metadata, self.maybe_subclass_meta):
+                fakes = rebuild_outputs(described, getattr(ctx, "fake_mode", None), list(args))
+            if fakes is None:
+                raise ac.FXGraphCacheMiss("DDP split graph entry without rebuildable first-call fakes")
+            compiled_fw = self.compiled_fw
+            self.compiled_fw = _FirstCallFakes(compiled_fw, fakes)
+            try:
+                fn = orig(self, args, aot_config, fx_config)
+            finally:
+                self.compiled_fw = compiled_fw
+            ctx.fw_metadata = self.runtime_metadata  # as the forward compile sets it (no subclasses)
+            return fn
+        return wrapped
+
+    _patch(ac, "autograd_cache_key", key_fn)
+    _patch(rw.FakifiedOutWrapper, "pre_compile", pre_compile)
+    _patch(rw.FakifiedOutWrapper, "post_compile", post_compile)
+    _patch(ac.AOTAutogradCache, "save", save, static=True)
+    _patch(result.GenericAOTAutogradResult, "wrap_post_compile", wrap_post_compile)
+
+
+class _FirstCallFakes:
+    """The entry's compiled forward, whose post_compile (the last step the hit path takes on the
+    forward alone, before the subclass/RNG/autograd wrappers) adds FakifiedOutWrapper's runtime
+    half, where a compile puts it; everything else is the forward's own."""
+
+    def __init__(self, compiled_fw: Any, fakes: list[Any]) -> None:
+        self._compiled_fw, self._fakes = compiled_fw, fakes
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._compiled_fw, name)
+
+    def post_compile(self, result: Any, fx_config: Any) -> Any:
+        return _fakified_first_call(self._compiled_fw.post_compile(result, fx_config), self._fakes)
+
+
+def _fakified_first_call(compiled_fn: Callable[..., Any], fakes: list[Any]) -> Callable[..., Any]:
+    """FakifiedOutWrapper's runtime half: the first call returns the fakes, later calls run."""
+    pending: list[Any] | None = fakes
+
+    @functools.wraps(compiled_fn)
+    def wrapper(runtime_args: list[Any]) -> Any:
+        nonlocal pending
+        if pending is not None:
+            out, pending = pending, None
+            return out
+        return compiled_fn(runtime_args)
+
+    return wrapper
+
+
+def uninstall() -> None:
+    """Put back every original (tests)."""
+    for owner, attr, original in _installed.values():
+        setattr(owner, attr, original)
+    _installed.clear()
+
+
+def installed() -> list[str]:
+    return sorted(_installed)

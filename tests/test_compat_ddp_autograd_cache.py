@@ -1,0 +1,94 @@
+"""compat/ddp_autograd_cache.py against the installed torch: fails loudly when torch moves what
+it touches; what it stores of the first-call fakes, and what it refuses to store."""
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from pcompile.compat import CompatError, ddp_autograd_cache as dac
+
+
+def test_check_passes_and_install_patches_then_restores_every_name():
+    dac.check()
+    from torch._functorch._aot_autograd import aot_autograd_result, autograd_cache, runtime_wrappers
+
+    before = (autograd_cache.autograd_cache_key, autograd_cache.AOTAutogradCache.__dict__["save"],
+              runtime_wrappers.FakifiedOutWrapper.post_compile,
+              aot_autograd_result.GenericAOTAutogradResult.wrap_post_compile)
+    dac.install()
+    try:
+        assert len(dac.installed()) == 5
+        assert autograd_cache.autograd_cache_key is not before[0]
+    finally:
+        dac.uninstall()
+    after = (autograd_cache.autograd_cache_key, autograd_cache.AOTAutogradCache.__dict__["save"],
+             runtime_wrappers.FakifiedOutWrapper.post_compile,
+             aot_autograd_result.GenericAOTAutogradResult.wrap_post_compile)
+    assert after == before and dac.installed() == []
+
+
+def test_another_torch_minor_keeps_torchs_bypass(monkeypatch):
+    monkeypatch.setattr(dac, "TORCH_MINORS", ((2, 99),))
+    with pytest.raises(CompatError, match="read against torch 2.99 only"):
+        dac.check()
+
+
+def test_only_a_ddp_bucket_compile_with_its_backward_lowered_eagerly_is_keyed_apart():
+    ctx = torch._guards.TracingContext(FakeTensorMode())
+    eager, lazy = types.SimpleNamespace(force_non_lazy_backward_lowering=True), types.SimpleNamespace()
+    assert not dac._ddp_split(ctx, eager)  # not a fakified first call
+    ctx.fakify_first_call = True
+    assert not dac._ddp_split(ctx, eager)  # no DDPOptimizer context
+    ctx.ddp_optimizer_ctx = object()
+    assert dac._ddp_split(ctx, eager)
+    assert not dac._ddp_split(ctx, lazy)  # a lazy backward would pop a neighbour bucket's fw_metadata
+    key = "a" + "x" * 51
+    assert dac.ddp_key(key) != key and dac.ddp_key(key) == dac.ddp_key(key) and dac.ddp_key(key).startswith("a")
+
+
+def test_first_call_fakes_round_trip_with_inductors_strides_and_repeats():
+    mode = FakeTensorMode()
+    with mode:
+        act = torch.empty(8, 512)
+        saved = torch.empty_strided((4, 6), (1, 4), dtype=torch.bfloat16)
+        primal = torch.empty(3, requires_grad=True)
+    outs = [act, saved, None, 7, act, primal]
+    strides = [None, (6, 1), None, None, None, None]  # Inductor chose row-major for the second
+    described = dac.describe_outputs(outs, strides, inputs=[primal])
+    assert described is not None
+    other = FakeTensorMode()
+    rebuilt = dac.rebuild_outputs(described, other, [])
+    assert [type(r) for r in rebuilt[2:4]] == [type(None), int] and rebuilt[3] == 7
+    assert rebuilt[4] is rebuilt[0]
+    assert rebuilt[0].shape == (8, 512) and rebuilt[0].stride() == (512, 1) and rebuilt[0].fake_mode is other
+    assert rebuilt[1].dtype == torch.bfloat16 and rebuilt[1].stride() == (6, 1) and rebuilt[1]._is_view()
+    assert rebuilt[5].requires_grad and rebuilt[5].shape == (3,)
+
+
+@pytest.mark.parametrize("case", ["view", "shared_storage", "aliases_an_input", "not_fake"])
+def test_outputs_a_rebuild_could_not_reproduce_store_nothing(case):
+    mode = FakeTensorMode()
+    with mode:
+        base, inp = torch.empty(4, 4), torch.empty(4, 4)
+        sharing = torch.empty(0).set_(base.untyped_storage(), 0, (4, 4), (4, 1))  # not a view
+        outs = {"view": [base[0]], "shared_storage": [base, sharing],
+                "aliases_an_input": [torch.empty(0).set_(inp.untyped_storage(), 0, (16,), (1,))]}.get(case)
+    if case == "not_fake":
+        outs = [torch.empty(1)]
+    assert dac.describe_outputs(outs, None, inputs=[inp]) is None
+
+
+def test_a_recorded_gpu_maps_to_this_ranks_gpu_and_mismatched_devices_refuse():
+    rec = [("tensor", (2,), (1,), None, "torch.float32", "cuda:0", False)]
+    mode = FakeTensorMode()
+    with mode:
+        on_1 = torch.empty(1, device="cuda:1")
+    assert dac._device_map(rec, [on_1]) == {"cuda:0": "cuda:1"}
+    assert dac._device_map(rec, []) is None  # a GPU output, but no GPU input to bind it to
+    assert dac._device_map(rec, [torch.empty(1, device="meta")]) is None  # another device type
+    assert dac._device_map([("value", None)], []) == {}
+    (out,) = dac.rebuild_outputs(rec, FakeTensorMode(), [on_1])
+    assert out.device == torch.device("cuda:1")
