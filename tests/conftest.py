@@ -67,3 +67,12 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120)
         [sys.executable, "-m", "pcompile.cli.main", *args],
         env=child_env(env), capture_output=True, text=True, timeout=timeout,
     )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """`gpu` tests skip cleanly on a host without a CUDA GPU (before any of their fixtures run)."""
+    if item.get_closest_marker("gpu") is not None:
+        import torch
+
+        if not torch.cuda.is_available():
+            pytest.skip("needs a CUDA GPU: run `python -m pytest -m gpu` on the device machine")
