@@ -26,6 +26,18 @@ def cache_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]
     return env
 
 
+@pytest.fixture(scope="session")
+def vdev_dir(tmp_path_factory: pytest.TempPathFactory):
+    """One build dir for the virtual device for the whole session (PCOMPILE_VDEV_DIR, unless the
+    caller set one): built once, shared by its test modules, and the variable restored at the end."""
+    from pcompile.settings import VDEV_DIR
+
+    with pytest.MonkeyPatch.context() as mp:
+        if not os.environ.get(VDEV_DIR.name):
+            mp.setenv(VDEV_DIR.name, str(tmp_path_factory.mktemp("vdev")))
+        yield Path(os.environ[VDEV_DIR.name])
+
+
 @pytest.fixture
 def store_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A private pcompile cache dir for in-process hook tests; leases released afterwards."""
