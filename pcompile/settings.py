@@ -334,6 +334,9 @@ SETTINGS_WARNED = _declare("PCOMPILE_SETTINGS_WARNED", Text(), None,
                            "bad settings already reported by a parent process (one line per job)", internal=True)
 PRETEND_TORCH_VERSION = _declare("PCOMPILE_PRETEND_TORCH_VERSION", Text(), None,
                                  "the version gate sees this torch (tests)", internal=True)
+TEST_VANISH = _declare("PCOMPILE_TEST_VANISH", Text(), None,
+                      "tests only: paths (os.pathsep-separated) the warm sandbox removes between listing their "
+                      "directory and mounting them, so that race happens every time", internal=True)
 PRETEND_TRITON_VERSION = _declare("PCOMPILE_PRETEND_TRITON_VERSION", Text(), None,
                                   "the version gate sees this triton (tests)", internal=True)
 TARGET_ARCH = _declare("PCOMPILE_TARGET_ARCH", Text(), None, "key target arch (like sm_90) instead of this device's",

@@ -26,6 +26,18 @@ def cache_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]
     return env
 
 
+@pytest.fixture(scope="session")
+def vdev_dir(tmp_path_factory: pytest.TempPathFactory):
+    """One build dir for the virtual device for the whole session (PCOMPILE_VDEV_DIR, unless the
+    caller set one): built once, shared by its test modules, and the variable restored at the end."""
+    from pcompile.settings import VDEV_DIR
+
+    with pytest.MonkeyPatch.context() as mp:
+        if not os.environ.get(VDEV_DIR.name):
+            mp.setenv(VDEV_DIR.name, str(tmp_path_factory.mktemp("vdev")))
+        yield Path(os.environ[VDEV_DIR.name])
+
+
 @pytest.fixture
 def store_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A private pcompile cache dir for in-process hook tests; leases released afterwards."""
@@ -67,3 +79,12 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120)
         [sys.executable, "-m", "pcompile.cli.main", *args],
         env=child_env(env), capture_output=True, text=True, timeout=timeout,
     )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """`gpu` tests skip cleanly on a host without a CUDA GPU (before any of their fixtures run)."""
+    if item.get_closest_marker("gpu") is not None:
+        import torch
+
+        if not torch.cuda.is_available():
+            pytest.skip("needs a CUDA GPU: run `python -m pytest -m gpu` on the device machine")

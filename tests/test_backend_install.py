@@ -146,7 +146,25 @@ before = {"inductor": "torch._inductor" in sys.modules,
           "pool_dirs": sorted(os.listdir(os.environ["PCOMPILE_CACHE_DIR"])) if os.path.isdir(os.environ["PCOMPILE_CACHE_DIR"]) else []}
 y = torch.compile(lambda v: v.sin() + 1)(x)
 from pcompile.inductor import hooks
-print("PCOMPILE_RESULT " + json.dumps({"before": before, "active_after_compile": hooks.state.active}))
+
+def daemons():
+    out = []
+    for p in me.children():
+        try:
+            out += ["pcompile.pool.daemon" in " ".join(p.cmdline())]
+        except psutil.Error:
+            pass
+    return any(out)
+
+
+deadline = time.monotonic() + 60
+while not daemons() and time.monotonic() < deadline:  # the eager start, once the hooks are on
+    time.sleep(0.05)
+after = {"daemon": daemons()}
+children = me.children(recursive=True)
+for p in children:  # the daemon and whatever it started: gone with this test
+    p.kill()
+print("PCOMPILE_RESULT " + json.dumps({"before": before, "after": after, "active_after_compile": hooks.state.active}))
 '''
 
 
@@ -155,13 +173,18 @@ def test_a_process_that_never_compiles_pays_nothing(tmp_path: Path, how: str) ->
     """pcompile.install() and PCOMPILE=1 only route torch.compile: the hooks (Inductor's imports,
     the node's compile pool, the backward worker) wait for the first torch.compile call. Forced
     on here (PCOMPILE_POOL_EAGER, PCOMPILE_BACKWARD_AHEAD), they would start at once if install()
-    turned the hooks on (it did: a script that compiles nothing ran 2.3 s slower on the H100)."""
+    turned the hooks on (it did: a script that compiles nothing ran 2.3 s slower on the H100). The
+    node pool is on here (the test default is off), so the same observation sees the daemon start
+    once the script compiles."""
     script = t.write_script(tmp_path / "app", "idle.py", IDLE_SCRIPT)
     extra = {"PCOMPILE": "1"} if how == "env" else {}
     env = t.clean_env(PCOMPILE_CACHE_DIR=str(tmp_path / "pc"), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "ind"),
+                      PCOMPILE_POOL="node", PCOMPILE_POOL_WORKERS="1", PCOMPILE_POOL_IDLE_EXIT="30",
+                      TORCHINDUCTOR_COMPILE_THREADS="2",  # 1 (the test default) keeps the pool out
                       PCOMPILE_POOL_EAGER="1", PCOMPILE_BACKWARD_AHEAD="1", **extra)
     if how == "env" and not _has_real_entry_point():
         env["PYTHONPATH"] = str(_entry_point_dir(tmp_path / "ep")) + ":" + env["PYTHONPATH"]
     result, stderr = t.run(script, how, env)
     assert result["before"] == {"inductor": False, "children": [], "pool_dirs": []}, (result, stderr[-2000:])
     assert result["active_after_compile"], (result, stderr[-2000:])
+    assert result["after"]["daemon"], (result, stderr[-2000:])  # the same observation sees the daemon once it starts

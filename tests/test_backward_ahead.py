@@ -19,6 +19,9 @@ from pcompile.inductor import _testing as t
 pytestmark = pytest.mark.slow
 
 TOL = 1e-5
+#: a backward's time in the parent beyond its own kernel compiles, at most (measured 0.5-1.0 s
+#: on a loaded 2-core host; a worker still starting would add its import time, ~11 s or more)
+BACKWARD_OVERHEAD_S = 5.0
 
 #: argv[1]: plain | hot (plain, then waits for the worker to go) | infer (compiled under no_grad, then
 #: waits for the worker to go) | evalfirst (a no_grad call, then a training step) | tf32 (plain,
@@ -243,8 +246,6 @@ def test_a_worker_still_starting_never_makes_the_step_wait(tmp_path: Path) -> No
     reaches it (the worker still importing, as after an eval graph let the early worker go) is
     compiled by the parent at once. Before, the parent waited up to CLAIM_TIMEOUT_S (60 s) for
     the worker to start: nanoGPT's eval-first train.py was ~5 s slower cold with backward ahead."""
-    from pcompile.inductor import backward_ahead
-
     result, events, err = _run(tmp_path, "stalled")
 
     _assert_matches_eager(result)
@@ -256,7 +257,13 @@ def test_a_worker_still_starting_never_makes_the_step_wait(tmp_path: Path) -> No
     # measure here: on a loaded 2-core host the two compiles alone took 41 s).
     mine = [e for e in _kind(events, "lease_wait") if e.get("pid") == result["pid"]]
     assert sum(e.get("dur", 0.0) for e in mine) < 1.0, mine
-    assert result["step_s"] < backward_ahead.CLAIM_TIMEOUT_S + 60, result["step_s"]  # never a full claim timeout on top
+    # Nor anywhere else: each backward takes the parent its own kernel compiles and little more
+    # (measured on a loaded 2-core host: 0.5 s and 1.0 s beyond them; a claim timeout is 60 s).
+    # The step's wall time is no measure (the two compiles alone took 41 s there).
+    for ev in _kind(events, "backward_ahead"):
+        inside = [k["dur"] for k in _kind(events, "kernel_compile")
+                  if k.get("pid") == result["pid"] and ev["ts"] <= k["ts"] and k["ts"] + k["dur"] <= ev["ts"] + ev["dur"]]
+        assert ev["dur"] - sum(inside) < BACKWARD_OVERHEAD_S, (ev, inside)
 
 
 def test_an_eval_pass_first_keeps_the_worker_for_the_training_graph(tmp_path: Path) -> None:

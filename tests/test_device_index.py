@@ -11,7 +11,6 @@ off (PCOMPILE_DEVICE_INDEX=keep) it must miss: the test can fail.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from pcompile.inductor import _testing as t
-from pcompile.settings import VDEV_DIR
 from pcompile.vdev import build, preload
 from pcompile.vdev.profile import resolve
 
@@ -87,8 +85,7 @@ print("RESULT " + json.dumps({
 
 
 @pytest.fixture(scope="module")
-def lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    os.environ.setdefault(VDEV_DIR.name, str(tmp_path_factory.mktemp("vdev")))
+def lib(vdev_dir: Path) -> Path:
     return build.library()
 
 

@@ -29,6 +29,10 @@ def test_user_choices_win(clean: Path, monkeypatch: pytest.MonkeyPatch, tmp_path
     monkeypatch.setenv(env.ENV_INDUCTOR_DIR, str(tmp_path / "mine"))
     monkeypatch.setenv(env.ENV_TRITON_DIR, str(tmp_path / "my_triton"))
     assert env.set_cache_dirs() == {}
+    import os
+
+    assert os.environ[env.ENV_INDUCTOR_DIR] == str(tmp_path / "mine")
+    assert os.environ[env.ENV_TRITON_DIR] == str(tmp_path / "my_triton")
 
 
 def test_torch_default_is_replaced_and_triton_moves_with_it(clean: Path, monkeypatch: pytest.MonkeyPatch) -> None:

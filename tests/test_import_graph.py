@@ -47,8 +47,8 @@ def _package_of(module: str) -> str | None:
     return parts[1] if len(parts) > 1 else TOP
 
 
-def _module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT.parent).with_suffix("")
+def _module_name(path: Path, root: Path = ROOT) -> str:
+    rel = path.relative_to(root.parent).with_suffix("")
     parts = list(rel.parts)
     if parts[-1] == "__init__":
         parts.pop()
@@ -79,10 +79,10 @@ def _typing_only(tree: ast.AST) -> set[int]:
     return out
 
 
-def _imports(path: Path, *, modules: bool = False) -> list[tuple[str, int]]:
+def _imports(path: Path, *, modules: bool = False, root: Path = ROOT) -> list[tuple[str, int]]:
     """(imported module, line) for every pcompile import in one file, wherever it sits (but under
     `if TYPE_CHECKING:`). `modules`: `from pkg import mod` names the module `pkg.mod` itself."""
-    module = _module_name(path)
+    module = _module_name(path, root)
     tree = ast.parse(path.read_text(), str(path))
     skip = _typing_only(tree)
     found: list[tuple[str, int]] = []
@@ -94,7 +94,7 @@ def _imports(path: Path, *, modules: bool = False) -> list[tuple[str, int]]:
         elif isinstance(node, ast.ImportFrom):
             for base in _resolve(node, module, path.name == "__init__.py"):
                 named = [f"{base}.{a.name}" for a in node.names] if modules and node.module is not None else []
-                found += [(m, node.lineno) for m in named if _is_module(m)] or [(base, node.lineno)]
+                found += [(m, node.lineno) for m in named if _is_module(m, root)] or [(base, node.lineno)]
         elif isinstance(node, ast.Call):
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
@@ -105,8 +105,8 @@ def _imports(path: Path, *, modules: bool = False) -> list[tuple[str, int]]:
     return [(m, line) for m, line in found if m == "pcompile" or m.startswith("pcompile.")]
 
 
-def _is_module(name: str) -> bool:
-    rel = ROOT.parent.joinpath(*name.split("."))
+def _is_module(name: str, root: Path = ROOT) -> bool:
+    rel = root.parent.joinpath(*name.split("."))
     return rel.with_suffix(".py").exists() or (rel / "__init__.py").exists()
 
 
@@ -164,20 +164,20 @@ def test_no_cycle_between_packages():
     assert not cycles, "import cycles between packages:\n" + "\n".join(sorted(cycles))
 
 
-def _module_graph() -> dict[str, dict[str, str]]:
+def _module_graph(root: Path = ROOT) -> dict[str, dict[str, str]]:
     """module -> {imported module of the same package: `file:line`}. A package's __init__ is left
     out as a target: importing `pkg.mod` runs it, which is no dependency of `mod` on its siblings."""
     graph: dict[str, dict[str, str]] = {}
-    for path in sorted(ROOT.rglob("*.py")):
-        src = _module_name(path)
+    for path in sorted(root.rglob("*.py")):
+        src = _module_name(path, root)
         pkg = _package_of(src)
         if pkg == TOP:
             continue
         out = graph.setdefault(src, {})
-        for target, line in _imports(path, modules=True):
-            if target != src and _package_of(target) == pkg and _is_module(target) \
-                    and not (ROOT.parent / target.replace(".", "/") / "__init__.py").exists():
-                out.setdefault(target, f"{path.relative_to(ROOT.parent)}:{line}")
+        for target, line in _imports(path, modules=True, root=root):
+            if target != src and _package_of(target) == pkg and _is_module(target, root) \
+                    and not (root.parent / target.replace(".", "/") / "__init__.py").exists():
+                out.setdefault(target, f"{path.relative_to(root.parent)}:{line}")
     return graph
 
 
@@ -236,17 +236,23 @@ def test_no_cycle_between_modules_of_one_package():
     assert not cycles, "import cycles between modules of one package:\n" + "\n".join(cycles)
 
 
-def test_the_module_graph_finds_a_cycle():
+def _probe_package(tmp_path: Path) -> Path:
+    """A throwaway `pcompile` tree with a `store` package, outside the real one (nothing is
+    written into the source tree, where a concurrent test run or an import could see it)."""
+    root = tmp_path / "pcompile"
+    (root / "store").mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "store" / "__init__.py").write_text("")
+    return root
+
+
+def test_the_module_graph_finds_a_cycle(tmp_path):
     """A circle made on purpose (two modules of one package importing each other, one inside a
     function) is found; without this the test above could pass by seeing nothing."""
-    a, b = ROOT / "store" / "_cycle_probe_a.py", ROOT / "store" / "_cycle_probe_b.py"
-    a.write_text("from pcompile.store import _cycle_probe_b\n")
-    b.write_text("def f():\n    from pcompile.store import _cycle_probe_a\n")
-    try:
-        comps = _module_cycles(_module_graph())
-    finally:
-        a.unlink()
-        b.unlink()
+    root = _probe_package(tmp_path)
+    (root / "store" / "_cycle_probe_a.py").write_text("from pcompile.store import _cycle_probe_b\n")
+    (root / "store" / "_cycle_probe_b.py").write_text("def f():\n    from pcompile.store import _cycle_probe_a\n")
+    comps = _module_cycles(_module_graph(root))
     assert ["pcompile.store._cycle_probe_a", "pcompile.store._cycle_probe_b"] in comps
 
 
@@ -257,9 +263,10 @@ def test_no_module_over_500_lines():
     assert not big, f"modules over {MAX_LINES} lines (split them by job):\n" + "\n".join(big)
 
 
-def test_the_graph_sees_function_level_and_string_imports():
+def test_the_graph_sees_function_level_and_string_imports(tmp_path):
     """The parser finds each import form; without this the tests above could pass by seeing nothing."""
-    mod = ROOT / "store" / "_import_graph_probe.py"
+    root = _probe_package(tmp_path)
+    mod = root / "store" / "_import_graph_probe.py"
     mod.write_text(
         "import importlib\n"
         "def f():\n"
@@ -268,9 +275,6 @@ def test_the_graph_sees_function_level_and_string_imports():
         "    importlib.import_module('pcompile.warm.child')\n"
         "    importlib.util.find_spec('pcompile.events')\n"
     )
-    try:
-        found = {m for m, _ in _imports(mod)}
-    finally:
-        mod.unlink()
+    found = {m for m, _ in _imports(mod, root=root)}
     assert found == {"pcompile.inductor", "pcompile.cli", "pcompile.warm.child", "pcompile.events"}
     assert {_package_of(m) for m in found} == {"inductor", "cli", "warm", "events"}

@@ -21,6 +21,7 @@ from conftest_remote import (  # noqa: F401  (fixtures)
     start_worker,
     warnings_in,
 )
+from pcompile.errors import PcompileError
 from pcompile.keys.key import Key
 from pcompile.store.entry import Manifest
 from pcompile.store.fs_tier import DirectoryTier
@@ -220,7 +221,7 @@ def test_read_only_consumer_never_writes(redis_server: RedisServer, tmp_path: Pa
     assert outcome == "compiled"
     remote = remote_of(reader)
     assert remote.put(fresh) is None and remote.counters.get("writes_refused", 0) >= 1
-    with pytest.raises(Exception):
+    with pytest.raises(PcompileError, match="read-only"):
         remote.write_manifest(fresh.key, b"{}")
     remote.quarantine(published.key, "test", None)  # a reader deletes nothing either
     reader.close()

@@ -280,8 +280,10 @@ def test_pool_start_script_starts_the_daemon(tmp_path: Path) -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(30)
+            rc = proc.wait(30)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
-    assert proc.returncode is not None
+            rc = None
+    assert rc == 0, "SIGTERM must stop the daemon cleanly (it was killed after 30 s, or failed)"
+    assert not Path(ident).exists(), "the stopped daemon left its socket behind"

@@ -1,4 +1,6 @@
-"""`pcompile report` on the events of a real CPU compile: HTML that parses, a real PNG, a loadable Chrome trace."""
+"""`pcompile report` on the events of a real CPU compile by `backend="pcompile"` (tests/report_workload.py:
+the backend's own graph, lookup and C++ kernel events, beside two processes compiling Triton kernels
+as pool workers would): HTML that parses, a real PNG, a loadable Chrome trace."""
 from __future__ import annotations
 
 import html.parser
@@ -12,7 +14,7 @@ import pytest
 
 from conftest import REPO, child_env, run_cli
 
-WORKLOAD = REPO / "tests" / "test_report_workload.py"
+WORKLOAD = REPO / "tests" / "report_workload.py"
 
 
 @pytest.fixture(scope="module")
@@ -57,12 +59,13 @@ def test_html_report_is_self_contained_and_parses(jobs: dict[str, str]) -> None:
     lines = res.stdout.strip().splitlines()
     assert len(lines) == 5 and lines[0].startswith("job cold-run") and str(out) in lines[-1]
     assert "graphs: 1 (1 compiled)" in lines[1]
+    assert "FX graph 0/2 hit, AOTAutograd 0/1 hit, kernel 0/3 hit" in lines[2], lines  # the backend's lookups, C++ kernels
     p = _Collect()
     p.feed(out.read_text())
     p.close()
     assert p.tags.get("svg") == 1 and p.tags.get("rect", 0) >= 15 and p.tags.get("table", 0) >= 4
     text = " ".join(p.text)
-    for needle in ("critical path", "inductor_lowering", "kernel_compile", "Slowest kernels", "triton"):
+    for needle in ("critical path", "graph_compile", "kernel_compile", "Slowest kernels", "triton"):
         assert needle in text
     # nothing is fetched: no external scripts, styles, images or links (the SVG namespace is not a fetch)
     fetched = [v for k, v in p.attrs if k in ("src", "href") and v]
@@ -87,7 +90,7 @@ def test_chrome_trace_loads_with_expected_events(jobs: dict[str, str]) -> None:
     trace = json.loads(out.read_text())
     complete = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     names = {e["name"].split(" ", 1)[0] for e in complete}  # graphs and kernels carry their names after the kind
-    assert {"graph_compile", "inductor_lowering", "kernel_compile", "cache_lookup", "warm_step"} <= names
+    assert {"graph_compile", "kernel_compile", "cache_lookup", "warm_step"} <= names
     assert all(isinstance(e["ts"], float) and e["dur"] >= 0 for e in complete)
     threads = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
     assert {"main", "worker 0", "worker 1"} <= threads
@@ -99,6 +102,8 @@ def test_hot_run_shows_hits_and_time_saved(jobs: dict[str, str]) -> None:
     s = json.loads(res.stdout)
     assert s["job"] == "hot-run"
     assert s["graph_outcomes"] == {"hit": 1} and s["kernel_outcomes"] == {"hit": 6}
+    # the backend's own lookups: its FX graphs (forward, backward) and the AOTAutograd entry
+    assert (s["layers"]["graph"]["hits"], s["layers"]["autograd"]["hits"]) == (2, 1), s["layers"]
     assert s["hit_rate"] == 1.0
     assert s["saved"]["hits_with_cost"] >= 7 and s["saved"]["net_s"] > 0
 

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from pcompile.errors import PcompileError
-from pcompile.settings import VDEV_DIR
 from pcompile.vdev import build, preload
 from pcompile.vdev.profile import builtin_names, describe, resolve
 
@@ -19,8 +18,7 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="LD_PRELOAD virt
 
 
 @pytest.fixture(scope="module")
-def lib(tmp_path_factory) -> Path:
-    os.environ.setdefault(VDEV_DIR.name, str(tmp_path_factory.mktemp("vdev")))
+def lib(vdev_dir: Path) -> Path:
     return build.library()
 
 

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from pcompile.errors import PcompileError
-from pcompile.settings import VDEV_DIR
 from pcompile.vdev import build, entry_points, preload
 from pcompile.vdev.profile import resolve
 
@@ -22,9 +21,8 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="LD_PRELOAD virt
 
 
 @pytest.fixture(scope="module")
-def build_dir(tmp_path_factory) -> Path:
-    os.environ.setdefault(VDEV_DIR.name, str(tmp_path_factory.mktemp("vdev")))
-    return Path(os.environ[VDEV_DIR.name])
+def build_dir(vdev_dir: Path) -> Path:
+    return vdev_dir
 
 
 @pytest.fixture(scope="module")

@@ -37,11 +37,19 @@ def test_the_whole_check_covers_every_warm_module():
         warm_timings.PRIVATE_SYMBOLS.pop()
 
 
-def test_fake_tensor_read_methods_exist():
-    from torch._subclasses.fake_tensor import FakeTensor
+def test_every_value_read_of_a_fake_reaches_the_route(scoped):
+    """Each way a script reads a value (`.item()`, `bool()`, `float()`, `int()`, an index, `complex()`,
+    `.tolist()`, `.numpy()`) reaches warm_fakes' route: a read torch serves without one of the
+    methods it patches would hand the script FakeTensor's own error instead of a stand-in."""
+    import operator
 
-    for name in ("item", "tolist", "__bool__", "__float__", "__int__", "__index__", "__complex__", "numpy"):
-        assert callable(getattr(FakeTensor, name))
+    mode, seen = scoped
+    with mode:
+        f, i = torch.ones((), device="cuda"), torch.ones((), dtype=torch.int64, device="cuda")
+        f.item(), bool(f), float(f), int(f), operator.index(i), complex(f), f.tolist()
+        with pytest.raises(TypeError, match="numpy"):  # as the GPU job: a CUDA tensor has no numpy()
+            f.numpy()
+    assert seen == ["item", "__bool__", "__float__", "__int__", "__index__", "__complex__", "tolist", "numpy"]
 
 
 def test_caching_autotuner_run_signature():

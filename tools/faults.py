@@ -283,8 +283,16 @@ def vanished_mid_job(work: Path, stock: str) -> Row:
                     _ok_verify(c), "is gone")
 
 
+#: rows no machine of this project stages yet: named in RESULTS.md as not staged, kept out of CI's rows
+NOT_STAGED = {
+    "stale-nfs": "ESTALE needs an NFS server whose export is replaced; not staged (the code treats ESTALE as 'is gone')",
+    "slow": "a write that blocks needs device-mapper's delay target or a FUSE layer that delays; not staged "
+            "(the start probe's deadline is PCOMPILE_CACHE_DIR_TIMEOUT)",
+}
+
+
 def stale_nfs(work: Path, stock: str) -> Row:
-    raise Skip("ESTALE needs an NFS server whose export is replaced; none on this machine (handled as 'is gone')")
+    raise Skip(NOT_STAGED["stale-nfs"])
 
 
 def quota(work: Path, stock: str) -> Row:
@@ -304,10 +312,7 @@ def quota(work: Path, stock: str) -> Row:
 
 
 def slow(work: Path, stock: str) -> Row:
-    if not Path("/dev/mapper/control").exists() or "delay" not in _sh("dmsetup", "targets").stdout:
-        raise Skip("a write that blocks needs device-mapper's delay target or libfuse; neither on this machine "
-                   "(the start probe's deadline is PCOMPILE_CACHE_DIR_TIMEOUT)")
-    raise Skip("dm-delay staging not written yet")
+    raise Skip(NOT_STAGED["slow"])
 
 
 def shared_read_only(work: Path, stock: str) -> Row:

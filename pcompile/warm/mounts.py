@@ -52,6 +52,18 @@ def _remove_placeholder(target: str) -> None:
         pass
 
 
+def _vanish_for_test(path: str) -> None:
+    """Test only (PCOMPILE_TEST_VANISH names `path`): remove it now, after its directory was listed
+    and before it is mounted, which is the race another process's temp dir makes in a busy /tmp."""
+    from pcompile.settings import TEST_VANISH
+
+    if path in (TEST_VANISH.get() or "").split(os.pathsep):
+        if os.path.isdir(path) and not os.path.islink(path):
+            os.rmdir(path)
+        else:
+            os.unlink(path)
+
+
 def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
     """mount(2); raises OSError with the target named."""
     enc = lambda s: None if s is None else os.fsencode(s)  # noqa: E731
@@ -213,6 +225,7 @@ class View:
             entries = sorted(it, key=lambda e: e.name)
         for e in entries:
             child = os.path.join(path, e.name)
+            _vanish_for_test(child)
             failed = len(self.failed)
             try:
                 self._scaffold_entry(e, child)
@@ -272,25 +285,30 @@ class View:
                             queue.append((e.path, level + 1))
                     elif not (e.is_file(follow_symlinks=False) or e.is_symlink()) and \
                             stat.S_ISSOCK(e.stat(follow_symlinks=False).st_mode):
+                        _vanish_for_test(e.path)
                         self._bind_socket(e.path)
                 except OSError:
                     continue
 
     def _bind_socket(self, path: str) -> None:
         target = self.at(path)
+        placed = False
         try:
             if not os.path.lexists(target):
                 open(target, "ab").close()  # a scaffold leaves sockets out: a mount point for it
+                placed = True
             mount(path, target, None, MS_BIND)
             self.sockets.append(path)
         except FileNotFoundError:
             self.vanished.append(path)  # closed since the walk saw it: nothing to reach
+            if placed:
+                _remove_placeholder(target)  # gone for real: no empty file in its place
         except OSError as exc:
             self.failed.append(f"{path} (socket not reachable: {exc.strerror})")
 
     def record(self) -> dict[str, object]:
         return {"sockets": self.sockets, "uppers": self.uppers, "readonly": self.readonly, "passed": self.passed, "scaffolds": self.scaffolds,
-                "failed": self.failed}
+                "failed": self.failed, "vanished": self.vanished}
 
 
 def _esc(path: str) -> str:

@@ -1,68 +1,25 @@
-"""A real CPU torch.compile run instrumented with pcompile.events (no tests here; run as a script).
+"""A real CPU training step compiled with `backend="pcompile"`, whose events (`graph_compile`,
+`cache_lookup`, `kernel_compile` of its C++ kernels) are the backend's own; a helper module of
+test_report.py and test_events_profiler.py, run as a script (it holds no tests).
 
-Until the pcompile backend records its own events, this produces genuine ones: a backend that
-wraps stock Inductor in `graph_compile`/`inductor_lowering` spans and reports the FX graph and
-AOTAutograd cache outcomes it caused as `cache_lookup` events (hits carry `saved_s`, the
-seconds that graph took when first compiled, kept in a side file), plus two worker processes
-that each compile Triton kernels for sm_90 (no GPU needed) under `kernel_compile` spans.
+Beside it, two worker processes each compile Triton kernels for sm_90 (no GPU needed) under
+`kernel_compile` spans, as a node pool's workers would on a GPU host (this host has none), so
+the report has worker lanes; a kernel already in TRITON_CACHE_DIR is a hit that saved its first
+compile time (kept in a side file).
 
-    python tests/test_report_workload.py --costs FILE [--workers 2]
+    python tests/report_workload.py --costs FILE [--workers 2]
 """
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def traced_backend(costs_file: Path | None = None):
-    """A dynamo backend: stock Inductor inside pcompile spans, with cache outcomes as events."""
-    import torch  # noqa: F401
-    from torch._dynamo.utils import counters
-    from torch._inductor.compile_fx import compile_fx
-
-    from pcompile.events import emit, span
-
-    costs: dict[str, float] = json.loads(costs_file.read_text()) if costs_file and costs_file.exists() else {}
-
-    def backend(gm: Any, example_inputs: list) -> Any:
-        key = "graph-" + hashlib.sha256(gm.code.encode()).hexdigest()[:16]
-        before = {(s, n): counters[s][n] for s, n in _COUNTERS}
-        with span("graph_compile", key=key) as g:
-            t_lower = time.time()
-            with span("inductor_lowering", key=key):
-                fn = compile_fx(gm, example_inputs)
-            t_end = time.time()
-            delta = {k: counters[k[0]][k[1]] - v for k, v in before.items()}
-            hits = delta[("inductor", "fxgraph_cache_hit")] + delta[("aot_autograd", "autograd_cache_hit")]
-            g.outcome = "hit" if hits and not delta[("inductor", "fxgraph_cache_miss")] else "compiled"
-        saved = costs.get(key)  # the graph's first compile time goes on its first hit only
-        for (section, name), n in delta.items():
-            layer = "fxgraph" if section == "inductor" else "aot_autograd"
-            outcome = "hit" if name.endswith("_hit") else "miss"
-            for _ in range(n):
-                emit("cache_lookup", t_lower, min(0.002, t_end - t_lower), layer=layer, tier="local", key=key,
-                     outcome=outcome, saved_s=saved if outcome == "hit" else None)
-                if outcome == "hit":
-                    saved = None
-        if g.outcome == "compiled" and costs_file is not None:
-            costs[key] = round(t_end - t_lower, 4)
-            costs_file.write_text(json.dumps(costs))
-        return fn
-
-    return backend
-
-
-_COUNTERS = [("inductor", "fxgraph_cache_hit"), ("inductor", "fxgraph_cache_miss"),
-             ("aot_autograd", "autograd_cache_hit"), ("aot_autograd", "autograd_cache_miss")]
 
 
 def train_step_model():
@@ -74,12 +31,12 @@ def train_step_model():
     return model, x, y
 
 
-def compiled_step(costs_file: Path | None = None):
-    """A compiled training step (forward + backward) and its inputs."""
+def compiled_step():
+    """A training step (forward + backward) compiled by the pcompile backend."""
     import torch
 
     model, x, y = train_step_model()
-    cmodel = torch.compile(model, backend=traced_backend(costs_file))
+    cmodel = torch.compile(model, backend="pcompile")
 
     def step() -> float:
         loss = torch.nn.functional.mse_loss(cmodel(x), y)
@@ -141,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     job_id()  # mint/export the job id before workers start so they inherit it
     procs = [subprocess.Popen([sys.executable, __file__, "--costs", str(args.costs), "--worker", str(w),
                                "--kernels", str(args.kernels)], env=os.environ.copy()) for w in range(args.workers)]
-    step = compiled_step(args.costs)
+    step = compiled_step()
     with span("warm_step", step=0):
         step()
     with span("warm_step", step=1):

@@ -1,0 +1,116 @@
+"""The GPU tier (`python -m pytest -m gpu` on a GPU host; skipped elsewhere): the claims only a GPU
+can check, small and fast.
+
+A tiny training script is warmed with the GPU hidden (`CUDA_VISIBLE_DEVICES=`) for this very
+board (`pcompile profile --out FILE`, then `--target FILE`), then runs unchanged as the real GPU
+job with PCOMPILE=1 and the warm's cache dir: every FX graph and AOTAutograd lookup is a hit.
+A restart (a second process, same cache) converts no more frames than the first job and computes
+the same losses. Counts come from torch._dynamo.utils.counters, printed by the script as JSON.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pcompile.inductor import _testing as t
+
+pytestmark = pytest.mark.gpu
+
+TRAIN = r'''
+import json
+import torch
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.LayerNorm(256), torch.nn.GELU(),
+                            torch.nn.Linear(256, 8)).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+cmodel = torch.compile(model)
+losses = []
+for step in range(3):
+    x = torch.randn(32, 64, device="cuda")
+    y = torch.randn(32, 8, device="cuda")
+    loss = F.mse_loss(cmodel(x), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    losses.append(loss.item())
+from torch._dynamo.utils import counters
+print("''' + t.RESULT_MARK + '''" + json.dumps({
+    "losses": losses, "device": torch.cuda.get_device_name(0),
+    **{section: {k: int(v) for k, v in counters[section].items()} for section in ("inductor", "aot_autograd", "frames")},
+}), flush=True)
+'''
+
+
+def _env(cache: Path, **extra: str) -> dict[str, str]:
+    return t.clean_env(PCOMPILE_CACHE_DIR=str(cache), PCOMPILE_PROGRESS="0", **extra)
+
+
+def _cli(*args: str, env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess:
+    out = subprocess.run([sys.executable, "-m", "pcompile.cli.main", *args], env=env, capture_output=True, text=True,
+                         timeout=timeout)
+    assert out.returncode == 0, f"pcompile {args[0]} failed ({out.returncode}):\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
+    return out
+
+
+def _job(script: Path, cache: Path, entry_points: Path | None) -> dict:
+    env = _env(cache, PCOMPILE="1")
+    if entry_points is not None:  # pcompile's torch.backends entry point, where this checkout is not pip-installed
+        env["PYTHONPATH"] = str(entry_points) + os.pathsep + env["PYTHONPATH"]
+    proc = subprocess.run([sys.executable, str(script)], env=env, cwd=script.parent, capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, f"the GPU job failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
+    return t.parse_result(proc.stdout)
+
+
+def _entry_points(root: Path) -> Path | None:
+    from importlib.metadata import entry_points
+
+    if any(ep.value == "pcompile.inductor.autoload:autoload" for ep in entry_points(group="torch.backends")):
+        return None
+    info = root / "pcompile_gpu_tier-0.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: pcompile-gpu-tier\nVersion: 0.0\n")
+    (info / "entry_points.txt").write_text("[torch.backends]\npcompile = pcompile.inductor.autoload:autoload\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def warmed(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Profile this GPU, warm the script for it with the GPU hidden, then run it as the GPU job."""
+    root = tmp_path_factory.mktemp("gpu-tier")
+    cache = root / "cache"
+    script = t.write_script(root / "job", "train.py", TRAIN)
+    profile = root / "board.json"
+    _cli("profile", "--out", str(profile), env=_env(cache))
+    warm = _cli("warm", str(script), "--target", str(profile), "--cache-dir", str(cache), "--json",
+                env=_env(cache, CUDA_VISIBLE_DEVICES=""), timeout=300)
+    report = json.loads([ln for ln in warm.stdout.splitlines() if ln.startswith("{")][-1])
+    entry_points = _entry_points(root / "ep")
+    first = _job(script, cache, entry_points)
+    return {"root": root, "cache": cache, "script": script, "warm": report, "first": first, "ep": entry_points,
+            "log": warm.stdout[-2000:] + warm.stderr[-2000:]}
+
+
+def test_a_warm_with_the_gpu_hidden_covers_every_entry_the_gpu_job_looks_up(warmed: dict) -> None:
+    warm = warmed["warm"]["report"]["counters"]
+    assert warm["inductor"].get("fxgraph_cache_miss", 0) >= 2, (warm, warmed["log"])  # forward and backward compiled
+    job = warmed["first"]
+    assert job["inductor"].get("fxgraph_cache_miss", 0) == 0, job
+    assert job["aot_autograd"].get("autograd_cache_miss", 0) == 0, job
+    assert job["inductor"].get("fxgraph_cache_hit", 0) >= 2 and job["aot_autograd"].get("autograd_cache_hit", 0) >= 1, job
+    assert all(loss == loss and loss > 0 for loss in job["losses"]), job["losses"]  # real values, not the warm's zeros
+
+
+def test_a_restart_converts_no_more_frames_and_computes_the_same_losses(warmed: dict) -> None:
+    first = warmed["first"]
+    again = _job(warmed["script"], warmed["cache"], warmed["ep"])
+    assert again["frames"].get("ok", 0) <= first["frames"].get("ok", 0), (first["frames"], again["frames"])
+    assert again["inductor"].get("fxgraph_cache_miss", 0) == 0 and again["aot_autograd"].get("autograd_cache_miss", 0) == 0, again
+    assert again["losses"] == first["losses"], (first["losses"], again["losses"])
