@@ -1,7 +1,8 @@
 """Install the warm child's protection of the user's files: what writes.py describes.
 
-Always: `torch.save` and safetensors' savers skip virtual tensors (a stub stands in for the file)
-and write elsewhere through the redirect. Fallback: paths.py's patches of Python's file
+Always: `torch.save` of virtual tensors writes a placeholder checkpoint (compat/warm_checkpoints.py:
+shapes and dtypes, no data; it loads back during the warm), safetensors' savers skip them (a stub
+stands in for the file), and both write elsewhere through the redirect. Fallback: paths.py's patches of Python's file
 functions. writes.py holds the rules (which paths are the user's, where they go); this module
 puts them in place, so the rules never import the patches that apply them.
 """
@@ -31,6 +32,8 @@ def install(w: Writes, state: str | None = None) -> None:
 def _wrap_torch_save(w: Writes) -> None:
     import torch
 
+    from pcompile.compat import warm_checkpoints
+
     o_save = torch.save
 
     def stub(path: Any, data: bytes) -> None:
@@ -38,10 +41,14 @@ def _wrap_torch_save(w: Writes) -> None:
             fh.write(data)
 
     def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> None:
+        dest = w.target(f) if isinstance(f, (str, os.PathLike)) else f
         if w.holds_virtual(obj):
-            w.skip_save("torch.save", f, stub)
+            if warm_checkpoints.save_placeholders(o_save, obj, dest, *args, **kwargs):
+                w.placeholder_save("torch.save", f)
+                return None
+            w.skip_save("torch.save", f, stub)  # the legacy format: no placeholders there
             return None
-        return o_save(obj, w.target(f) if isinstance(f, (str, os.PathLike)) else f, *args, **kwargs)
+        return o_save(obj, dest, *args, **kwargs)
 
     torch.save = save  # type: ignore[assignment]
 

@@ -154,6 +154,12 @@ def _named(counts: dict[str, int]) -> str:
     return f" ({', '.join(f'{k} x{n}' for k, n in sorted(counts.items()))})" if counts else ""
 
 
+def _some(items: list[str], n: int, shown: int = 3) -> str:
+    """The first `shown` of `n` items, and how many more: the count and the list always agree."""
+    more = n - min(shown, len(items))
+    return "; ".join(items[:shown]) + (f"; and {more} more" if more > 0 else "")
+
+
 def _reads_and_writes(r: dict[str, Any]) -> list[str]:
     """Where the script read GPU values (zeros during warm) and what happened to its file writes."""
     out: list[str] = []
@@ -174,13 +180,16 @@ def _reads_and_writes(r: dict[str, Any]) -> list[str]:
         out.append(f"file sandbox: Python redirect (fallback{': ' + why if why else ''}); native code and non-Python "
                    "child processes write for real")
     w = r.get("writes") or {}
+    if w.get("n_placeholder_saves"):
+        out.append(f"{w['n_placeholder_saves']} checkpoints of virtual tensors written as placeholders (shapes and dtypes, "
+                   "no data; they load back during the warm as zeros): " + _some(w["placeholder_saves"], w["n_placeholder_saves"]))
     if w.get("n_skipped_saves"):
         out.append(f"skipped {w['n_skipped_saves']} saves of virtual tensors (placeholder weights are never written): "
-                   + "; ".join(w["skipped_saves"][:3]))
+                   + _some(w["skipped_saves"], w["n_skipped_saves"]))
     if w.get("n_redirected"):
         out.append(f"the script wrote {w['n_redirected']} paths; they went to {w['dir']}/<original path>, not to your files")
     if w.get("n_deleted"):
-        out.append(f"the script deleted {w['n_deleted']} paths in its view (your files are still there): " + "; ".join(w["deleted"][:3]))
+        out.append(f"the script deleted {w['n_deleted']} paths in its view (your files are still there): " + _some(w["deleted"], w["n_deleted"]))
     if w.get("skipped_deletes"):
-        out.append(f"skipped {len(w['skipped_deletes'])} deletions of your files: " + "; ".join(w["skipped_deletes"][:3]))
+        out.append(f"skipped {len(w['skipped_deletes'])} deletions of your files: " + _some(w["skipped_deletes"], len(w["skipped_deletes"])))
     return out
