@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from pcompile.compat.warm_runtime import mark, marked, missing
+from pcompile.compat.warm_runtime import mark, marked, missing, untraced
 
 CHECKED = {"torch": "2.11.0, 2.14.1, 2.15.0 (2.15: check() and tests/test_warm*.py)"}
 
@@ -251,7 +251,7 @@ def allow_fake_param_moves() -> None:
         return original(t1, t2)
 
     mark(swap_tensors, "allow_fake_param_moves")
-    tu.swap_tensors = swap_tensors
+    tu.swap_tensors = untraced(swap_tensors)
 
 
 def load_cuda_checkpoints_as_fakes() -> None:
@@ -327,6 +327,7 @@ def load_cuda_checkpoints_as_fakes() -> None:
     functools.update_wrapper(rebuild, original_rebuild)
     functools.update_wrapper(load, original_load)
     mark(load, "load_cuda_checkpoints_as_fakes")
+    load = untraced(load)
     ser.load = load
     torch.load = load
     tutils._rebuild_tensor_v2 = rebuild

@@ -58,6 +58,16 @@ def mark(fn: Any, concern: str) -> None:
     fn._pcompile_patches = (*getattr(fn, "_pcompile_patches", ()), concern)
 
 
+def untraced(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` as a wrapper Dynamo never traces (torch.compiler.disable, non-recursive: what `fn` calls is
+    traced as stock would). Every pcompile function put in place of a torch function the script
+    calls goes through this: called eagerly inside a compiled function (after a graph break:
+    `loss.backward()`), its frame would otherwise be compiled by Dynamo, recompiled as pcompile's
+    own state changes, and warned about (`time.monotonic`), in code the user never wrote. Inside a
+    traced frame, a call to it is a graph break, as the torch functions it stands in for are."""
+    return torch.compiler.disable(fn, recursive=False)
+
+
 def torch_version() -> tuple[int, int]:
     major, minor = torch.__version__.split("+")[0].split(".")[:2]
     return int(major), int(minor)

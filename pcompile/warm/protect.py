@@ -33,6 +33,7 @@ def _wrap_torch_save(w: Writes) -> None:
     import torch
 
     from pcompile.compat import warm_checkpoints
+    from pcompile.compat.warm_runtime import untraced
 
     o_save = torch.save
 
@@ -50,7 +51,7 @@ def _wrap_torch_save(w: Writes) -> None:
             return None
         return o_save(obj, dest, *args, **kwargs)
 
-    torch.save = save  # type: ignore[assignment]
+    torch.save = untraced(save)  # type: ignore[assignment]
 
 
 def _write_stub(path: Any, data: bytes) -> None:
@@ -67,6 +68,8 @@ def _wrap_safetensors(w: Writes) -> None:
         import safetensors.torch as st
     except ImportError:
         return
+    from pcompile.compat.warm_runtime import untraced
+
     for name in ("save_file", "save_model"):
         original = getattr(st, name, None)
         if original is None:
@@ -80,6 +83,6 @@ def _wrap_safetensors(w: Writes) -> None:
                     return None
                 return original(obj, w.target(filename), *args, **kwargs)
 
-            return saver
+            return untraced(saver)
 
         setattr(st, name, make(name, original))
