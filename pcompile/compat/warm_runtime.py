@@ -59,12 +59,19 @@ def mark(fn: Any, concern: str) -> None:
 
 
 def untraced(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """`fn` as a wrapper Dynamo never traces (torch.compiler.disable, non-recursive: what `fn` calls is
-    traced as stock would). Every pcompile function put in place of a torch function the script
-    calls goes through this: called eagerly inside a compiled function (after a graph break:
-    `loss.backward()`), its frame would otherwise be compiled by Dynamo, recompiled as pcompile's
-    own state changes, and warned about (`time.monotonic`), in code the user never wrote. Inside a
-    traced frame, a call to it is a graph break, as the torch functions it stands in for are."""
+    """`fn`, and all it calls, run with Dynamo off (torch.compiler.disable). Every pcompile function
+    put in place of a torch function the script calls goes through this (or `untraced_frame`):
+    called eagerly inside a compiled function (after a graph break: `loss.backward()`), its frames
+    would otherwise be compiled by Dynamo, recompiled as pcompile's own state changes, and warned
+    about (`time.monotonic`), in code the user never wrote. Inside a traced frame, a call to it is a
+    graph break, as a call to the torch function it stands in for is."""
+    return torch.compiler.disable(fn, recursive=True)
+
+
+def untraced_frame(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn`'s own frame is never traced, but what it calls is, as stock would (non-recursive
+    disable): for a wrapper that calls back into the script's code (a backward runs the script's
+    hooks and compiled autograd). Its own bookkeeping must then go through `untraced`."""
     return torch.compiler.disable(fn, recursive=False)
 
 

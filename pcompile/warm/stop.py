@@ -17,10 +17,10 @@ between: a stray backward before the optimizer is made (modded-nanogpt's
 
 Which steps count: in a warm (`compiled_only`), only those in which compiled code ran. A script
 that times an eager baseline first (two eager steps, then the compiled model) would otherwise end
-the default 2-step warm before its compiled code ran. A step's window runs from the end of the
-previous step's last backward to the end of its own (so it holds its forward and backward, and
-the previous optimizer step); eager steps are counted apart (`eager_steps`) and the summary says
-when no compiled code ran at all.
+the default 2-step warm before its compiled code ran. A compiled graph that runs after the
+optimizer stepped (and before the next backward) is the next step's forward; any other belongs to
+the current step (its forward, backward, clipping, a compiled `opt.step()`). Eager steps are
+counted apart (`eager_steps`) and the summary says when no compiled code ran at all.
 
 CUDA graphs: a `torch.cuda.graph` capture holding a training step (a backward or an optimizer
 step) is no step itself (nothing runs while capturing); each replay of it is one, counted at the
@@ -53,8 +53,8 @@ class StepCounter:
         self.compiled_runs = 0  # compiled graphs run (compiled_ran(), from the warm's hook)
         self.eager_steps = 0  # steps that ran no compiled code (not counted in `done` when compiled_only)
         self.replays = 0  # CUDA graph replays that were steps
-        self._window = 0  # compiled_runs where the current step's window began
-        self._after_backward = 0  # compiled_runs when the last backward ended
+        self._runs_now = 0  # compiled graphs run in the current step
+        self._runs_next = 0  # ... after its optimizer stepped: the next step's
         self._capture: tuple[int, int] | None = None  # (backwards, compiled_runs) at a capture's start
         self.on_step = on_step
         self.t0 = time.monotonic()
@@ -68,6 +68,10 @@ class StepCounter:
 
     def compiled_ran(self) -> None:
         self.compiled_runs += 1
+        if self._stepped:
+            self._runs_next += 1
+        else:
+            self._runs_now += 1
 
     def _count(self, compiled: bool) -> None:
         if self.compiled_only and not compiled:
@@ -80,8 +84,8 @@ class StepCounter:
     def _judge(self, backward_ends_step: bool = True) -> None:
         """Did the last backward end a step? Called when the next begins, and at the end."""
         if self._stepped or (self._pending and backward_ends_step and not self.optimizer_made):
-            self._count(self._after_backward > self._window)
-            self._window = self._after_backward
+            self._count(self._runs_now > 0)
+            self._runs_now, self._runs_next = self._runs_next, 0
         self._stepped = self._pending = False
 
     def _stop_if_done(self) -> None:
@@ -99,14 +103,23 @@ class StepCounter:
         optim = torch.optim.Optimizer
         original_init = optim.__init__
 
-        def backward(*args, **kwargs):
+        from pcompile.compat.warm_runtime import untraced, untraced_frame
+
+        @untraced
+        def before() -> None:
             if self._capture is None:
                 self._judge()
                 self._stop_if_done()
-            result = original(*args, **kwargs)
+
+        @untraced
+        def after() -> None:
             self.backwards += 1
             self._pending = True
-            self._after_backward = self.compiled_runs
+
+        def backward(*args, **kwargs):
+            before()
+            result = original(*args, **kwargs)  # the script's hooks run in here: traced as stock
+            after()
             return result
 
         @functools.wraps(original_init)
@@ -114,10 +127,8 @@ class StepCounter:
             self.optimizer_made = True
             original_init(opt, *args, **kwargs)
 
-        from pcompile.compat.warm_runtime import untraced
-
-        torch.autograd.backward = untraced(backward)
-        optim.__init__ = untraced(init)
+        torch.autograd.backward = untraced_frame(backward)
+        optim.__init__ = untraced_frame(init)  # a subclass's methods (add_param_group) run in it
         handle = register_optimizer_step_post_hook(self._optimizer_stepped)
 
         def undo() -> None:
@@ -149,7 +160,7 @@ class StepCounter:
                     g._pcompile_step = (self.backwards > backwards or self._stepped, self.compiled_runs > runs)
                     self._capture = None
                     self._stepped = self._pending = False  # the capture ran nothing: no step
-                    self._window = self._after_backward = self.compiled_runs
+                    self._runs_now = self._runs_next = 0
 
         def replay_(g, *args, **kwargs):
             is_step, compiled = getattr(g, "_pcompile_step", (False, False))
