@@ -33,7 +33,7 @@ from pcompile.compat.gate import TORCH_RANGE as SUPPORTED  # one range for hooks
 CHECKED = {"torch": "2.11.0, 2.14.1, 2.15.0 (2.15: check() and tests/test_warm*.py)"}
 
 #: the warm modules whose check() this module's check() runs too
-CONCERNS = ("warm_compiled_autograd", "warm_fakes", "warm_launches", "warm_nested", "warm_storage", "warm_timings", "warm_training", "warm_uncached", "warm_values")
+CONCERNS = ("warm_checkpoints", "warm_compiled_autograd", "warm_fakes", "warm_launches", "warm_nested", "warm_storage", "warm_timings", "warm_training", "warm_uncached", "warm_values")
 
 # (module path, attribute) of every private symbol used below.
 PRIVATE_SYMBOLS: list[tuple[str, str]] = [
