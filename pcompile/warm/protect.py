@@ -1,8 +1,8 @@
 """Install the warm child's protection of the user's files: what writes.py describes.
 
-Always: `torch.save` of virtual tensors writes a placeholder checkpoint (compat/warm_checkpoints.py:
-shapes and dtypes, no data; it loads back during the warm), safetensors' savers skip them (a stub
-stands in for the file), and both write elsewhere through the redirect. Fallback: paths.py's patches of Python's file
+Always: `torch.save` and safetensors' `save_file`/`save_model` of virtual tensors write a placeholder
+checkpoint (compat/warm_checkpoints.py, safetensors_placeholders.py: shapes and dtypes, no data; it
+loads back during the warm), and both write elsewhere through the redirect. Fallback: paths.py's patches of Python's file
 functions. writes.py holds the rules (which paths are the user's, where they go); this module
 puts them in place, so the rules never import the patches that apply them.
 """
@@ -54,21 +54,15 @@ def _wrap_torch_save(w: Writes) -> None:
     torch.save = untraced(save)  # type: ignore[assignment]
 
 
-def _write_stub(path: Any, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)  # redirected already; os.open is wrapped
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-
-
 def _wrap_safetensors(w: Writes) -> None:
-    """safetensors writes from native code by path: skip saves of virtual tensors, redirect others."""
+    """safetensors writes from native code by path: virtual tensors get a placeholder file
+    (safetensors_placeholders.py), others are redirected."""
     try:
         import safetensors.torch as st
     except ImportError:
         return
     from pcompile.compat.warm_runtime import untraced
+    from pcompile.warm import safetensors_placeholders
 
     for name in ("save_file", "save_model"):
         original = getattr(st, name, None)
@@ -77,9 +71,11 @@ def _wrap_safetensors(w: Writes) -> None:
 
         def make(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
             def saver(obj: Any, filename: Any, *args: Any, **kwargs: Any) -> Any:
-                tensors = obj.state_dict() if name == "save_model" else obj
-                if w.holds_virtual(tensors):
-                    w.skip_save(f"safetensors.{name}", filename, _write_stub)
+                # save_model calls the module's save_file (this wrapper) with its de-duplicated tensors
+                if name == "save_file" and w.holds_virtual(obj):
+                    metadata = kwargs.get("metadata", args[0] if args else None)
+                    safetensors_placeholders.write(obj, w.target(filename), metadata)
+                    w.placeholder_save(f"safetensors.{name}", filename)
                     return None
                 return original(obj, w.target(filename), *args, **kwargs)
 

@@ -1,16 +1,16 @@
-"""Nothing the user owns is harmed by a warm: saves of virtual tensors are skipped, and (fallback
-only) the script's file writes are redirected by patching Python.
+"""Nothing the user owns is harmed by a warm: saves of virtual tensors write placeholders, and
+(fallback only) the script's file writes are redirected by patching Python.
 
 Two layers:
 
 - Always: `torch.save` of anything holding a virtual tensor writes a placeholder checkpoint
   (compat/warm_checkpoints.py: torch's format, empty records for the virtual tensors' data) that
-  loads back during the warm as zeros of the same shapes and dtypes; a
-  `safetensors.torch.save_file|save_model` of one is skipped and counted (a checkpoint of placeholder weights is worthless and could
-  overwrite a real one); where it named a path, a one-line stub stands in for the file, so the
-  script's rename/link of the fresh checkpoint still works. In a namespace sandbox (sandbox.py,
-  the default where the kernel allows it) the stub is written at the original path, which the
-  sandbox's overlay already keeps out of the user's tree.
+  loads back during the warm as zeros of the same shapes and dtypes (safetensors'
+  `save_file|save_model`: safetensors_placeholders.py, a sparse file); only a save torch can
+  write no placeholder for (the legacy format) is skipped and counted, and where it named a
+  path, a one-line stub stands in for the file, so the script's rename/link still works. In a
+  namespace sandbox (sandbox.py, the default where the kernel allows it) these are written at
+  the original path, which the sandbox's overlay already keeps out of the user's tree.
 - Fallback (`PCOMPILE_WARM_SANDBOX=python`, or no namespaces here): paths.py patches Python's
   file functions so writes, moves and deletes go to `<run dir>/files/<absolute original path>`,
   deletions are recorded as whiteouts (`<run dir>/whiteouts/<path>`), and every path query
