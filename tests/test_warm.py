@@ -86,7 +86,7 @@ def test_second_warm_from_another_directory_hits_everything(cold, tmp_path):
 
 def test_real_script_patterns_run_unchanged_and_user_files_are_safe(tmp_path):
     """CPU code runs for real (memmap loader, CPU schedule, eval bookkeeping), GPU reads are
-    zeros and counted by line, the checkpoint of virtual weights is skipped, and the log the
+    zeros and counted by line, the checkpoint of virtual weights is a placeholder, and the log the
     script appends to goes to the warm's run dir, not into the user's tree."""
     job = tmp_path / "job"
     job.mkdir()
@@ -102,7 +102,7 @@ def test_real_script_patterns_run_unchanged_and_user_files_are_safe(tmp_path):
     assert "tied: True" in log and "iter 0: val 0.0000" in log and "iter 2 loss 0.0000" in log
     lines = {(r["line"], r["source"]) for r in rep["reads"]["lines"]}
     assert any("losses[k] = loss.item()" in src for _, src in lines), rep["reads"]
-    assert rep["writes"]["n_skipped_saves"] == 1 and "torch.save" in rep["writes"]["skipped_saves"][0]
+    assert rep["writes"]["n_placeholder_saves"] == 1 and "torch.save" in rep["writes"]["placeholder_saves"][0]
     assert not (job / "out" / "ckpt.pt").exists()
     assert (job / "out" / "log.txt").read_text() == "the user's real log\n"
     mirrored = Path(rep["writes"]["dir"] + str(job / "out" / "log.txt"))

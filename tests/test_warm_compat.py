@@ -386,3 +386,26 @@ def test_aot_cache_bypass_reason_is_read_and_named_in_the_summary():
     lines = [ln for ln in report.report_lines(result) if "AOTAutograd of" in ln]
     assert lines == ["not warmed: AOTAutograd of 1 graphs (torch's reason: Failed to pickle cache key x1; the GPU job "
                      "traces them again, then hits their FX graphs and kernels)"], lines
+
+
+def test_placeholder_checkpoints_round_trip_through_torchs_own_save_and_load():
+    """compat/warm_checkpoints.py leans on torch.save's skip_data path and its zip writer/reader:
+    a fake's storage becomes an empty record, a real tensor keeps its bytes, and torch.load gives
+    zeros of the saved shape and dtype back (outside a fake mode)."""
+    import io
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from pcompile.compat import warm_checkpoints
+
+    with FakeTensorMode():
+        big = torch.empty(512, 512, dtype=torch.bfloat16)
+    real = torch.arange(5)
+    buf = io.BytesIO()
+    assert warm_checkpoints.save_placeholders(torch.save, {"w": big, "view": big[1:], "r": real}, buf)
+    assert len(buf.getvalue()) < 8192  # 512 KiB of weights: none written
+    warm_checkpoints.read_placeholders()
+    buf.seek(0)
+    back = torch.load(buf, weights_only=True)
+    assert back["w"].shape == (512, 512) and back["w"].dtype == torch.bfloat16 and not back["w"].any()
+    assert back["view"].shape == (511, 512) and torch.equal(back["r"], real)

@@ -149,7 +149,8 @@ def test_collectives_torch_gave_no_meta_kernel_run_on_the_fake_group(tmp_path):
         """))
     rc, res, log = warm(script, tmp_path / "cache", "--world-size", "2", env={"PCOMPILE_DISABLE": "1"})
     assert rc == 0, log[-3000:]
-    assert "coalesced step 1" in log and res["report"]["steps_done"] == 2
+    # no compiled code: no step counts toward --steps (pcompile/warm/stop.py), the script runs to its end
+    assert "coalesced step 2" in log and res["report"]["eager_steps"] == 3, res["report"]
 
 
 @pytest.mark.xfail(strict=True, reason="open: Dynamo's resume frame after a graph break in a DDP-compiled forward "

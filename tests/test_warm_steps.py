@@ -129,15 +129,19 @@ for step in range(10):
 """
 
 
-def _warm(tmp_path: Path, script: str) -> tuple[dict, str]:
-    """`pcompile warm train.py --json` of `script` in a job dir; (its JSON result, its output)."""
+def _warm(tmp_path: Path, script: str, *args: str, files: dict[str, str] | None = None,
+          env: dict[str, str] | None = None) -> tuple[dict, str]:
+    """`pcompile warm train.py --json` of `script` (and `files` beside it) in a job dir; (its JSON
+    result, its output)."""
     job = tmp_path / "job"
     job.mkdir()
     (job / "train.py").write_text(script)
+    for name, text in (files or {}).items():
+        (job / name).write_text(text)
     cmd = [sys.executable, "-m", "pcompile.cli.main", "warm", "train.py", "--target", "h100",
-           "--cache-dir", str(tmp_path / "cache"), "--json"]
+           "--cache-dir", str(tmp_path / "cache"), "--json", *args]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=str(job),
-                         env=dict(os.environ, PCOMPILE_PROGRESS="0", PCOMPILE_DISABLE="1"))
+                         env=dict(os.environ, PCOMPILE_PROGRESS="0", PCOMPILE_DISABLE="1", **(env or {})))
     log = out.stdout + out.stderr
     assert out.returncode == 0, log[-3000:]
     return json.loads([ln for ln in out.stdout.splitlines() if ln.startswith("{")][-1]), log
@@ -158,9 +162,11 @@ import torch
 model = torch.nn.LayerNorm(8).cuda()  # saves its weight itself for the backward
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 
+scale = torch.compile(lambda loss: (loss * 0.5).exp())  # steps count once compiled code runs in them
+
 def fit():
     for step in range(10):
-        loss = model(torch.randn(2, 8, device="cuda")).square().mean()
+        loss = scale(model(torch.randn(2, 8, device="cuda")).square().mean())
         loss.backward()
         opt.step()
         opt.zero_grad()
@@ -183,3 +189,110 @@ def test_a_cleanup_that_fails_on_the_interrupted_step_is_no_script_failure(tmp_p
     assert "Traceback" not in log, log[-3000:]
     assert res["report"]["status"] == "stopped" and res["report"]["steps_done"] == 2, res["report"]
     assert any(ln.startswith("after the stop, the script's cleanup raised RuntimeError") for ln in res["lines"]), res["lines"]
+
+
+BASELINE_HELPER = """\
+def run_eager(model, opt, x, steps):
+    for _ in range(steps):
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        if loss.item() > 1e9:  # a value read in the script's own helper module
+            print("diverged")
+"""
+
+BASELINE = """\
+import torch, torch.nn as nn
+from helper import run_eager
+
+model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 16)).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(8, 16, device="cuda")
+run_eager(model, opt, x, 2)  # the eager baseline first: two backward calls
+
+
+def step(x):
+    loss = model(x).square().mean()
+    loss.backward()  # inside the compiled function: a graph break, then the warm's backward
+    return loss
+
+
+cstep = torch.compile(step)
+for i in range(6):
+    cstep(x)
+    opt.step()
+    opt.zero_grad()
+    print("compiled step", i, flush=True)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the virtual device is Linux-only")
+def test_an_eager_baseline_is_no_step_and_dynamo_never_traces_pcompile(tmp_path):
+    """Issue 31 items 3, 5, 7: the default 2-step warm of a script that times two eager steps first
+    ran no compiled code (rc 0, nothing compiled, no notice); Dynamo compiled the warm's backward
+    wrapper (`loss.backward()` inside a compiled function), warning about `time.monotonic`; the
+    value read in helper.py was put on the script's outer line."""
+    res, log = _warm(tmp_path, BASELINE, files={"helper.py": BASELINE_HELPER}, env={"TORCH_LOGS": "dynamo"})
+    rep = res["report"]
+    assert rep["status"] == "stopped" and rep["steps_done"] == 2 and rep["eager_steps"] == 2, rep
+    assert "compiled step 1" in log and "compiled step 2" not in log, log[-3000:]
+    assert any("2 eager steps before them" in ln for ln in res["lines"]), res["lines"]
+    traced = [ln for ln in log.splitlines() if "_dynamo" in ln and os.sep + "pcompile" + os.sep in ln]
+    assert not traced, traced  # no pcompile frame started, skipped or failed in Dynamo's log
+    assert "time.monotonic" not in log
+    sites = [(Path(r["file"]).name, r["source"]) for r in rep["reads"]["lines"]]
+    assert sites == [("helper.py", "if loss.item() > 1e9:  # a value read in the script's own helper module")], sites
+
+
+CAPTURED = """\
+import torch, torch.nn as nn
+
+model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 16)).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(8, 16, device="cuda")
+fwd = torch.compile(model)
+s = torch.cuda.Stream()
+s.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(s):  # warm-up before capture, as torch's docs do
+    fwd(x).square().mean().backward()
+    opt.step()
+torch.cuda.current_stream().wait_stream(s)
+g = torch.cuda.CUDAGraph()
+opt.zero_grad(set_to_none=False)
+with torch.cuda.graph(g):
+    loss = fwd(x).square().mean()
+    loss.backward()
+    opt.step()
+for i in range(30):
+    g.replay()
+    print("replay", i, flush=True)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the virtual device is Linux-only")
+def test_cuda_graph_replays_of_a_captured_step_are_steps(tmp_path):
+    """`--steps 2` ran all 30 replays of a captured training step and said 2/2: the capture's
+    backward was its only step. Each replay is one now: warm-up step, one replay, stop."""
+    res, log = _warm(tmp_path, CAPTURED, "--steps", "2")
+    rep = res["report"]
+    assert rep["status"] == "stopped" and rep["steps_done"] == 2 and rep["graph_replays"] == 1, rep
+    assert "replay 0" in log and "replay 1" not in log, log[-3000:]
+
+
+EAGER_ONLY = """\
+import torch
+model = torch.nn.Linear(8, 8).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+unused = torch.compile(model)  # made, never called
+for step in range(3):
+    model(torch.randn(2, 8, device="cuda")).sum().backward()
+    opt.step()
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the virtual device is Linux-only")
+def test_the_summary_says_when_no_compiled_code_ran(tmp_path):
+    res, _ = _warm(tmp_path, EAGER_ONLY)
+    assert res["report"]["status"] == "completed" and res["report"]["compiled_runs"] == 0, res["report"]
+    assert any(ln.startswith("note: the script ended before any compiled code ran (3 eager steps)") for ln in res["lines"]), res["lines"]

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from pcompile.compat.warm_runtime import mark, marked, missing
+from pcompile.compat.warm_runtime import mark, marked, missing, untraced
 
 CHECKED = {"torch": "2.11.0, 2.14.1, 2.15.0 (2.15: check() and tests/test_warm*.py)"}
 
@@ -251,7 +251,7 @@ def allow_fake_param_moves() -> None:
         return original(t1, t2)
 
     mark(swap_tensors, "allow_fake_param_moves")
-    tu.swap_tensors = swap_tensors
+    tu.swap_tensors = untraced(swap_tensors)
 
 
 def load_cuda_checkpoints_as_fakes() -> None:
@@ -277,6 +277,9 @@ def load_cuda_checkpoints_as_fakes() -> None:
         return
     original_rebuild = tutils._rebuild_tensor_v2
     local = threading.local()
+    from pcompile.compat import warm_checkpoints
+
+    warm_checkpoints.read_placeholders()  # checkpoints saved during the warm load back (protect.py)
 
     def target(location: str, map_location: Any) -> str:
         if map_location is None:
@@ -296,12 +299,13 @@ def load_cuda_checkpoints_as_fakes() -> None:
             if dev.startswith("cuda"):
                 intended[id(storage)] = dev  # stays on CPU; its tensors become fakes in rebuild
                 return storage
+            warm_checkpoints.zero_if_placeholder(storage)  # a virtual tensor saved during the warm, loaded to CPU
             return ser.default_restore_location(storage, dev)
 
         outer = getattr(local, "state", None)
         local.state = (intended, mode)
         try:
-            with unset_fake_temporarily():
+            with unset_fake_temporarily(), warm_checkpoints.deferred_zeros():
                 return original_load(f, restore, *args, **kwargs)
         finally:
             local.state = outer
@@ -323,6 +327,7 @@ def load_cuda_checkpoints_as_fakes() -> None:
     functools.update_wrapper(rebuild, original_rebuild)
     functools.update_wrapper(load, original_load)
     mark(load, "load_cuda_checkpoints_as_fakes")
+    load = untraced(load)
     ser.load = load
     torch.load = load
     tutils._rebuild_tensor_v2 = rebuild

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import torch
 
 from pcompile.compat.warm_fakes import active_fake_mode, is_fake
-from pcompile.compat.warm_runtime import mark, marked, missing
+from pcompile.compat.warm_runtime import mark, marked, missing, untraced
 from pcompile.compat.warm_timings import inside_graph_compile
 
 CHECKED = {"torch": "2.11.0, 2.14.1, 2.15.0 (2.15: check() and tests/test_warm*.py)"}
@@ -28,6 +28,7 @@ PRIVATE_SYMBOLS: list[tuple[str, str]] = [
     ("torch._inductor.fx_passes.joint_graph", "UniformValueConstantFolder"),
     ("torch._inductor.constant_folding", "ConstantFolder"),
     ("torch._tensor_str", "_str"),
+    ("torch._inductor.output_code.CompiledFxGraph", "__call__"),
     ("torch._inductor.cudagraph_trees", "cudagraphify_impl"),
     ("torch._inductor.compile_fx", "cudagraphify_impl"),
     ("torch.utils._python_dispatch", "TorchDispatchMode"),
@@ -233,7 +234,7 @@ def placeholder_repr_for_device_tensors() -> None:
         return original(self, tensor_contents=tensor_contents)
 
     mark(_str, "placeholder_repr_for_device_tensors")
-    ts._str = _str
+    ts._str = untraced(_str)
 
 
 def no_cuda_graph_capture(on_skip: Callable[[], None]) -> None:
@@ -253,3 +254,26 @@ def no_cuda_graph_capture(on_skip: Callable[[], None]) -> None:
     mark(skip, "no_cuda_graph_capture")
     trees.cudagraphify_impl = skip
     cfx.cudagraphify_impl = skip
+
+
+_run_hooks: list[Callable[[], None]] = []
+
+
+def on_compiled_run(hook: Callable[[], None]) -> None:
+    """Call `hook()` each time an Inductor-compiled graph (forward or backward, compiled here or
+    loaded from the cache) runs: what the warm's step count needs to know ("did compiled code run
+    in this step?"). A later call replaces the hook."""
+    from torch._inductor.output_code import CompiledFxGraph
+
+    _run_hooks[:] = [hook]
+    if marked(CompiledFxGraph.__call__, "on_compiled_run"):
+        return
+    original = CompiledFxGraph.__call__
+
+    def __call__(self: Any, inputs: Any) -> Any:
+        for h in _run_hooks:
+            h()
+        return original(self, inputs)
+
+    mark(__call__, "on_compiled_run")
+    CompiledFxGraph.__call__ = __call__

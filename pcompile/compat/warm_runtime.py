@@ -33,7 +33,7 @@ from pcompile.compat.gate import TORCH_RANGE as SUPPORTED  # one range for hooks
 CHECKED = {"torch": "2.11.0, 2.14.1, 2.15.0 (2.15: check() and tests/test_warm*.py)"}
 
 #: the warm modules whose check() this module's check() runs too
-CONCERNS = ("warm_compiled_autograd", "warm_fakes", "warm_launches", "warm_nested", "warm_storage", "warm_timings", "warm_tracers", "warm_training", "warm_uncached", "warm_values")
+CONCERNS = ("warm_checkpoints", "warm_compiled_autograd", "warm_fakes", "warm_launches", "warm_nested", "warm_storage", "warm_timings", "warm_tracers", "warm_training", "warm_uncached", "warm_values")
 
 # (module path, attribute) of every private symbol used below.
 PRIVATE_SYMBOLS: list[tuple[str, str]] = [
@@ -56,6 +56,23 @@ def marked(fn: Any, concern: str) -> bool:
 
 def mark(fn: Any, concern: str) -> None:
     fn._pcompile_patches = (*getattr(fn, "_pcompile_patches", ()), concern)
+
+
+def untraced(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn`, and all it calls, run with Dynamo off (torch.compiler.disable). Every pcompile function
+    put in place of a torch function the script calls goes through this (or `untraced_frame`):
+    called eagerly inside a compiled function (after a graph break: `loss.backward()`), its frames
+    would otherwise be compiled by Dynamo, recompiled as pcompile's own state changes, and warned
+    about (`time.monotonic`), in code the user never wrote. Inside a traced frame, a call to it is a
+    graph break, as a call to the torch function it stands in for is."""
+    return torch.compiler.disable(fn, recursive=True)
+
+
+def untraced_frame(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn`'s own frame is never traced, but what it calls is, as stock would (non-recursive
+    disable): for a wrapper that calls back into the script's code (a backward runs the script's
+    hooks and compiled autograd). Its own bookkeeping must then go through `untraced`."""
+    return torch.compiler.disable(fn, recursive=False)
 
 
 def torch_version() -> tuple[int, int]:

@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 import torch
 
-from pcompile.compat.warm_runtime import mark, marked, missing
+from pcompile.compat.warm_runtime import mark, marked, missing, untraced
 
 CHECKED = {"torch": "2.14.1 (check() and tests/test_warm_storage.py)"}
 
@@ -125,9 +125,9 @@ def unique_addresses(owned: Callable[[Any], bool]) -> None:
     for fn, name in ((untyped_storage, "untyped_storage"), (data_ptr, "data_ptr")):
         fn.__name__ = name
         mark(fn, "unique_addresses")
-        setattr(FakeTensor, name, fn)
+        setattr(FakeTensor, name, untraced(fn))
     storage_data_ptr.__name__ = "data_ptr"
-    torch.UntypedStorage.data_ptr = storage_data_ptr
+    torch.UntypedStorage.data_ptr = untraced(storage_data_ptr)
 
 
 def shared_weak_refs() -> None:
@@ -158,7 +158,7 @@ def deepcopy_within_the_mode(owned: Callable[[Any], bool]) -> None:
         return new
 
     mark(__deepcopy__, "deepcopy_within_the_mode")
-    FakeTensor.__deepcopy__ = __deepcopy__
+    FakeTensor.__deepcopy__ = untraced(__deepcopy__)
 
 
 def share_mode(mode: Any) -> None:
@@ -218,7 +218,7 @@ def host_storage_from_buffers(mode: Any) -> None:
             return base.__get__(None, cls)(*args, **kwargs)
 
     mark(from_buffer, "host_storage_from_buffers")
-    torch.UntypedStorage.from_buffer = classmethod(from_buffer)
+    torch.UntypedStorage.from_buffer = classmethod(untraced(from_buffer))
 
 
 def install(mode: Any) -> None:

@@ -189,8 +189,15 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
 
     def tally(field: str) -> Callable[[str], None]:
         """A callback counting each reason torch gave under report[field]."""
+        from pcompile.warm.report import one_line
+
         counts: dict[str, int] = report.setdefault(field, {})
-        return lambda reason: counts.__setitem__(reason, counts.get(reason, 0) + 1)
+
+        def count(reason: str) -> None:
+            key = one_line(reason)  # torch's multi-line reasons: one line, and the same reason counted once
+            counts[key] = counts.get(key, 0) + 1
+
+        return count
 
     uncached.on_fx_cache_bypass(tally("fx_cache_bypassed"))
     uncached.on_aot_cache_bypass(tally("aot_cache_bypassed"))
@@ -343,7 +350,10 @@ def run(spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
             with open(progress_file, "a") as fh:
                 fh.write(f"{k} {elapsed:.3f}\n")
 
-    counter = StepCounter(int(spec.get("steps", 2)), on_step)
+    counter = StepCounter(int(spec.get("steps", 2)), on_step, compiled_only=True)
+    from pcompile.compat import warm_launches
+
+    warm_launches.on_compiled_run(counter.compiled_ran)  # steps count once compiled code runs in them
     counter.install()
     w = _protect_user_files(spec, mode) if spec.get("run_dir") else None
     code = _run_script(spec, mode, report)
@@ -352,6 +362,7 @@ def run(spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         report["writes"] = w.summary()
     report["steps_done"] = counter.finish(completed=report.get("status") in ("completed", "stopped"))
     report["backward_calls"] = counter.backwards
+    report.update(compiled_runs=counter.compiled_runs, eager_steps=counter.eager_steps, graph_replays=counter.replays)
     report["seconds"] = round(time.monotonic() - t0, 3)
     report["counters"] = compat.counters()
     report["vdev"] = preload.stats_here()

@@ -1,7 +1,8 @@
 """Install the warm child's protection of the user's files: what writes.py describes.
 
-Always: `torch.save` and safetensors' savers skip virtual tensors (a stub stands in for the file)
-and write elsewhere through the redirect. Fallback: paths.py's patches of Python's file
+Always: `torch.save` and safetensors' `save_file`/`save_model` of virtual tensors write a placeholder
+checkpoint (compat/warm_checkpoints.py, safetensors_placeholders.py: shapes and dtypes, no data; it
+loads back during the warm), and both write elsewhere through the redirect. Fallback: paths.py's patches of Python's file
 functions. writes.py holds the rules (which paths are the user's, where they go); this module
 puts them in place, so the rules never import the patches that apply them.
 """
@@ -31,6 +32,9 @@ def install(w: Writes, state: str | None = None) -> None:
 def _wrap_torch_save(w: Writes) -> None:
     import torch
 
+    from pcompile.compat import warm_checkpoints
+    from pcompile.compat.warm_runtime import untraced
+
     o_save = torch.save
 
     def stub(path: Any, data: bytes) -> None:
@@ -38,28 +42,28 @@ def _wrap_torch_save(w: Writes) -> None:
             fh.write(data)
 
     def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> None:
+        dest = w.target(f) if isinstance(f, (str, os.PathLike)) else f
         if w.holds_virtual(obj):
-            w.skip_save("torch.save", f, stub)
+            if warm_checkpoints.save_placeholders(o_save, obj, dest, *args, **kwargs):
+                w.placeholder_save("torch.save", f)
+                return None
+            w.skip_save("torch.save", f, stub)  # the legacy format: no placeholders there
             return None
-        return o_save(obj, w.target(f) if isinstance(f, (str, os.PathLike)) else f, *args, **kwargs)
+        return o_save(obj, dest, *args, **kwargs)
 
-    torch.save = save  # type: ignore[assignment]
-
-
-def _write_stub(path: Any, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)  # redirected already; os.open is wrapped
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
+    torch.save = untraced(save)  # type: ignore[assignment]
 
 
 def _wrap_safetensors(w: Writes) -> None:
-    """safetensors writes from native code by path: skip saves of virtual tensors, redirect others."""
+    """safetensors writes from native code by path: virtual tensors get a placeholder file
+    (safetensors_placeholders.py), others are redirected."""
     try:
         import safetensors.torch as st
     except ImportError:
         return
+    from pcompile.compat.warm_runtime import untraced
+    from pcompile.warm import safetensors_placeholders
+
     for name in ("save_file", "save_model"):
         original = getattr(st, name, None)
         if original is None:
@@ -67,12 +71,14 @@ def _wrap_safetensors(w: Writes) -> None:
 
         def make(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
             def saver(obj: Any, filename: Any, *args: Any, **kwargs: Any) -> Any:
-                tensors = obj.state_dict() if name == "save_model" else obj
-                if w.holds_virtual(tensors):
-                    w.skip_save(f"safetensors.{name}", filename, _write_stub)
+                # save_model calls the module's save_file (this wrapper) with its de-duplicated tensors
+                if name == "save_file" and w.holds_virtual(obj):
+                    metadata = kwargs.get("metadata", args[0] if args else None)
+                    safetensors_placeholders.write(obj, w.target(filename), metadata)
+                    w.placeholder_save(f"safetensors.{name}", filename)
                     return None
                 return original(obj, w.target(filename), *args, **kwargs)
 
-            return saver
+            return untraced(saver)
 
         setattr(st, name, make(name, original))

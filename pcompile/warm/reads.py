@@ -30,8 +30,13 @@ import torch
 
 from pcompile.compat.warm_fakes import device_repr, zeros_like_on_cpu  # the fakes need it too, a floor below
 
-_LIB_MARKERS = (os.sep + "torch" + os.sep, os.sep + "pcompile" + os.sep, os.sep + "triton" + os.sep,
-                os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep, os.sep + "lib" + os.sep + "python")
+def _dir_of(module: Any) -> str:
+    return os.path.dirname(os.path.realpath(module.__file__)) + os.sep
+
+
+_STDLIB = _dir_of(os)
+_INTERNALS = tuple({_dir_of(torch), os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep})  # torch, pcompile
+_SITE_MARKERS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
 _SCRIPT: str | None = None
 _lock = threading.Lock()
 _reads: Counter[tuple[str, int, str, str]] = Counter()
@@ -42,19 +47,24 @@ def set_script(path: str) -> None:
     _SCRIPT = os.path.realpath(path)
 
 
+def _internal(real: str) -> bool:
+    """pcompile's, torch's (and Triton's) own frames, and the standard library's: never the line
+    to look at. A library's (site-packages: ultralytics, transformers) is: it made the read."""
+    if real.startswith(_INTERNALS) or (os.sep + "triton" + os.sep) in real:
+        return True
+    return real.startswith(_STDLIB) and not any(m in real for m in _SITE_MARKERS)
+
+
 def user_site() -> tuple[str, int, str]:
-    """(file, line, source) of the innermost frame in the user's script (else in user code)."""
+    """(file, line, source) of the innermost frame in user or library code: the line that made the
+    read, not the script's outermost one (`bin/yolo: sys.exit(entrypoint())`)."""
     frame = sys._getframe(1)
-    fallback = None
     while frame is not None:
         fname = frame.f_code.co_filename
-        real = os.path.realpath(fname) if not fname.startswith("<") else fname
-        if _SCRIPT and real == _SCRIPT:
+        if not fname.startswith("<") and not _internal(os.path.realpath(fname)):
             return fname, frame.f_lineno, linecache.getline(fname, frame.f_lineno).strip()
-        if fallback is None and not fname.startswith("<") and not any(m in real for m in _LIB_MARKERS):
-            fallback = (fname, frame.f_lineno, linecache.getline(fname, frame.f_lineno).strip())
         frame = frame.f_back
-    return fallback or ("<library>", 0, "")
+    return ("<library>", 0, "")
 
 
 def record(how: str) -> None:

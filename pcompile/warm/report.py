@@ -4,6 +4,13 @@ from __future__ import annotations
 from typing import Any
 
 
+def one_line(text: Any, limit: int = 240) -> str:
+    """torch's reasons and errors span lines (a graph, a hint, a traceback excerpt): one summary
+    line each, whitespace folded, long ones cut."""
+    folded = " ".join(str(text).split())
+    return folded if len(folded) <= limit else folded[: limit - 3] + "..."
+
+
 def _c(report: dict[str, Any], group: str, key: str) -> int:
     return int(report.get("counters", {}).get(group, {}).get(key, 0))
 
@@ -20,14 +27,15 @@ def failure_lines(result: Any) -> list[str]:
     compiled and written, the placeholder reads that may explain it, the user's files)."""
     r = result.report
     steps = int(r.get("steps_done") or 0)
-    out = [f"warm failed after {steps} step{'s' if steps != 1 else ''} in {result.seconds:.1f}s: {r.get('error') or 'unknown error'}"]
+    out = [f"warm failed after {steps} step{'s' if steps != 1 else ''} in {result.seconds:.1f}s: {one_line(r.get('error') or 'unknown error', 2000)}"]
+    out.extend(_lookups(result))
     w = result.written
     if any(w.values()):
         out.append(f"before the failure, written to {result.cache_dir}: {w.get('fxgraph', 0)} FX graph entries, "
                    f"{w.get('aotautograd', 0)} AOTAutograd entries, {w.get('triton', 0)} Triton cubins (kept: the next warm reuses them)")
     for rk in r.get("ranks") or []:
         if rk.get("exit_code"):
-            out.append(f"rank {rk['rank']} failed: {rk.get('error')}")
+            out.append(f"rank {rk['rank']} failed: {one_line(rk.get('error'))}")
     out.extend(_reads_and_writes(r))
     return out
 
@@ -42,20 +50,13 @@ def report_lines(result: Any, check: bool = False) -> list[str]:
     micro = f" ({backwards} backward calls)" if backwards and steps and backwards > steps else ""
     head = {"stopped": f"warm done: {steps} steps{micro}", "completed": "warm done: the script ran to its end"}
     out.append(f"{head.get(status, 'warm failed')} in {result.seconds:.1f}s on a virtual {result.profile.name} ({result.profile.arch}), torch {r.get('torch')}")
+    out.extend(_compiled_steps(r))
     if r.get("after_stop"):
         out.append(f"after the stop, the script's cleanup raised {r['after_stop']} (on the interrupted step; "
                    "ignored: the GPU job runs on past that step)")
     w = result.written
-    looked = getattr(result, "lookups", None)
-    if looked is not None:
-        from pcompile.store import hits
-
-        out.append(f"cache look-ups: {hits.summary(looked)}" + ("; nothing compiled" if hits.all_hit(looked) and not any(w.values()) else ""))
-        if check:
-            hit, n = hits.totals(looked)
-            out.append(f"coverage before this run: {hit}/{n} look-ups hit ({100.0 * hit / n:.0f}%)" if n else
-                       "coverage before this run: no look-ups")
-    else:  # events off (PCOMPILE_EVENTS=0): torch's own counters
+    out.extend(_lookups(result, check))
+    if getattr(result, "lookups", None) is None:  # events off (PCOMPILE_EVENTS=0): torch's own counters
         cov = coverage(r)
         fx_hit, fx_n = cov["fx_graph"]
         aot_hit, aot_n = cov["aot_autograd"]
@@ -70,7 +71,7 @@ def report_lines(result: Any, check: bool = False) -> list[str]:
     bypassed = _c(r, "aot_autograd", "autograd_cache_bypass")
     if bypassed:  # torch's own choice (e.g. DDPOptimizer's split graphs): the GPU job bypasses them too
         reasons = r.get("aot_cache_bypassed") or {}
-        why = ("torch's reason: " + "; ".join(f"{k} x{n}" for k, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:3])
+        why = ("torch's reason: " + "; ".join(f"{one_line(k)} x{n}" for k, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:3])
                if reasons else "torch does not cache them, e.g. DDP's bucket-split graphs")
         out.append(f"not warmed: AOTAutograd of {bypassed} graphs ({why}; "
                    "the GPU job traces them again, then hits their FX graphs and kernels)")
@@ -96,7 +97,7 @@ def report_lines(result: Any, check: bool = False) -> list[str]:
                        f"(all configs compiled; the GPU job benchmarks once, then caches{why})")
     bypassed = r.get("fx_cache_bypassed") or {}
     if bypassed:
-        why = "; ".join(f"{reason} x{n}" for reason, n in sorted(bypassed.items(), key=lambda kv: -kv[1])[:3])
+        why = "; ".join(f"{one_line(reason)} x{n}" for reason, n in sorted(bypassed.items(), key=lambda kv: -kv[1])[:3])
         out.append(f"not warmed: {sum(bypassed.values())} graphs Inductor does not cache ({why}); the GPU job compiles "
                    "them again, only their Triton kernels come from the cache")
     if r.get("cudagraphs_skipped"):
@@ -136,6 +137,37 @@ def report_lines(result: Any, check: bool = False) -> list[str]:
     return out
 
 
+def _lookups(result: Any, check: bool = False) -> list[str]:
+    """The cache look-ups this run made (none when events are off: PCOMPILE_EVENTS=0)."""
+    looked = getattr(result, "lookups", None)
+    if looked is None:
+        return []
+    from pcompile.store import hits
+
+    w = result.written
+    out = [f"cache look-ups: {hits.summary(looked)}" + ("; nothing compiled" if hits.all_hit(looked) and not any(w.values()) else "")]
+    if check:
+        hit, n = hits.totals(looked)
+        out.append(f"coverage before this run: {hit}/{n} look-ups hit ({100.0 * hit / n:.0f}%)" if n else
+                   "coverage before this run: no look-ups")
+    return out
+
+
+def _compiled_steps(r: dict[str, Any]) -> list[str]:
+    """Steps count only where compiled code ran (pcompile/warm/stop.py): say what did not count, and
+    when no compiled code ran at all (the warm then warmed only what compiling alone writes)."""
+    eager, replays = int(r.get("eager_steps") or 0), int(r.get("graph_replays") or 0)
+    out = []
+    if "compiled_runs" in r and not r["compiled_runs"]:
+        out.append(f"note: the script ended before any compiled code ran ({eager} eager steps); nothing was run compiled, "
+                   "so what its compiled steps would compile is not warmed: does it reach its torch.compile'd code?")
+    elif eager:
+        out.append(f"steps counted: those that ran compiled code; {eager} eager steps before them (e.g. a baseline) did not count")
+    if replays:
+        out.append(f"{replays} of the steps were CUDA graph replays")
+    return out
+
+
 def driver_gaps(stats: list[dict[str, Any]]) -> tuple[dict[str, int], dict[str, int]]:
     """({refused call: count}, {missing entry point or device attribute: count}) over every
     process's vdev counts: what a new torch/Triton/CUDA build asks of the virtual device that it
@@ -152,6 +184,12 @@ def driver_gaps(stats: list[dict[str, Any]]) -> tuple[dict[str, int], dict[str, 
 
 def _named(counts: dict[str, int]) -> str:
     return f" ({', '.join(f'{k} x{n}' for k, n in sorted(counts.items()))})" if counts else ""
+
+
+def _some(items: list[str], n: int, shown: int = 3) -> str:
+    """The first `shown` of `n` items, and how many more: the count and the list always agree."""
+    more = n - min(shown, len(items))
+    return "; ".join(items[:shown]) + (f"; and {more} more" if more > 0 else "")
 
 
 def _reads_and_writes(r: dict[str, Any]) -> list[str]:
@@ -174,13 +212,16 @@ def _reads_and_writes(r: dict[str, Any]) -> list[str]:
         out.append(f"file sandbox: Python redirect (fallback{': ' + why if why else ''}); native code and non-Python "
                    "child processes write for real")
     w = r.get("writes") or {}
+    if w.get("n_placeholder_saves"):
+        out.append(f"{w['n_placeholder_saves']} checkpoints of virtual tensors written as placeholders (shapes and dtypes, "
+                   "no data; they load back during the warm as zeros): " + _some(w["placeholder_saves"], w["n_placeholder_saves"]))
     if w.get("n_skipped_saves"):
         out.append(f"skipped {w['n_skipped_saves']} saves of virtual tensors (placeholder weights are never written): "
-                   + "; ".join(w["skipped_saves"][:3]))
+                   + _some(w["skipped_saves"], w["n_skipped_saves"]))
     if w.get("n_redirected"):
         out.append(f"the script wrote {w['n_redirected']} paths; they went to {w['dir']}/<original path>, not to your files")
     if w.get("n_deleted"):
-        out.append(f"the script deleted {w['n_deleted']} paths in its view (your files are still there): " + "; ".join(w["deleted"][:3]))
+        out.append(f"the script deleted {w['n_deleted']} paths in its view (your files are still there): " + _some(w["deleted"], w["n_deleted"]))
     if w.get("skipped_deletes"):
-        out.append(f"skipped {len(w['skipped_deletes'])} deletions of your files: " + "; ".join(w["skipped_deletes"][:3]))
+        out.append(f"skipped {len(w['skipped_deletes'])} deletions of your files: " + _some(w["skipped_deletes"], len(w["skipped_deletes"])))
     return out

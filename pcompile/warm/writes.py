@@ -1,14 +1,16 @@
-"""Nothing the user owns is harmed by a warm: saves of virtual tensors are skipped, and (fallback
-only) the script's file writes are redirected by patching Python.
+"""Nothing the user owns is harmed by a warm: saves of virtual tensors write placeholders, and
+(fallback only) the script's file writes are redirected by patching Python.
 
 Two layers:
 
-- Always: `torch.save` / `safetensors.torch.save_file|save_model` of anything holding a virtual
-  tensor is skipped and counted (a checkpoint of placeholder weights is worthless and could
-  overwrite a real one); where it named a path, a one-line stub stands in for the file, so the
-  script's rename/link of the fresh checkpoint still works. In a namespace sandbox (sandbox.py,
-  the default where the kernel allows it) the stub is written at the original path, which the
-  sandbox's overlay already keeps out of the user's tree.
+- Always: `torch.save` of anything holding a virtual tensor writes a placeholder checkpoint
+  (compat/warm_checkpoints.py: torch's format, empty records for the virtual tensors' data) that
+  loads back during the warm as zeros of the same shapes and dtypes (safetensors'
+  `save_file|save_model`: safetensors_placeholders.py, a sparse file); only a save torch can
+  write no placeholder for (the legacy format) is skipped and counted, and where it named a
+  path, a one-line stub stands in for the file, so the script's rename/link still works. In a
+  namespace sandbox (sandbox.py, the default where the kernel allows it) these are written at
+  the original path, which the sandbox's overlay already keeps out of the user's tree.
 - Fallback (`PCOMPILE_WARM_SANDBOX=python`, or no namespaces here): paths.py patches Python's
   file functions so writes, moves and deletes go to `<run dir>/files/<absolute original path>`,
   deletions are recorded as whiteouts (`<run dir>/whiteouts/<path>`), and every path query
@@ -84,6 +86,7 @@ class Writes:
         self.is_virtual = is_virtual
         self.redirected: set[str] = set()
         self.skipped_saves: list[str] = []
+        self.placeholder_saves: list[str] = []
         self.skipped_deletes: list[str] = []
         self._lock = threading.Lock()
         self._resolved: dict[str, str] = {}  # directory -> its realpath (symlinked dirs into kept ones)
@@ -226,13 +229,23 @@ class Writes:
             pass  # unpicklable objects: torch.save would fail on them too; what was seen counts
         return found
 
+    def _site(self, what: str, dest: Any) -> str:
+        site = reads.user_site()
+        return f"{site[0]}:{site[1]} {what}({os.fspath(dest) if isinstance(dest, (str, os.PathLike)) else type(dest).__name__})"
+
+    def placeholder_save(self, what: str, dest: Any) -> None:
+        """Count a checkpoint of virtual tensors written as placeholders (shapes, dtypes, no data)."""
+        line = self._site(what, dest)
+        with self._lock:
+            self.placeholder_saves.append(line)
+
     def skip_save(self, what: str, dest: Any, write: Callable[[Any, bytes], None]) -> None:
         """Count the skipped save; a path gets a small stub in the run dir (or, in a namespace
         sandbox, at its path), so the script's next move of it (save to tmp, then rename to
         last.pth, link to best.pth) still finds a file."""
-        site = reads.user_site()
+        line = self._site(what, dest)
         with self._lock:
-            self.skipped_saves.append(f"{site[0]}:{site[1]} {what}({os.fspath(dest) if isinstance(dest, (str, os.PathLike)) else type(dest).__name__})")
+            self.skipped_saves.append(line)
         if isinstance(dest, (str, os.PathLike)):  # never over a file outside the run dir and the script's own temp dirs
             mapped = self.target(dest)
             if not self.redirect or mapped is not dest or _under(os.path.realpath(os.fsdecode(os.fspath(dest))), self.made_temp):
@@ -241,6 +254,7 @@ class Writes:
     def summary(self) -> dict[str, Any]:
         return {"dir": str(self.files), "redirected": sorted(self.redirected)[:50], "n_redirected": len(self.redirected),
                 "skipped_saves": self.skipped_saves[:50], "n_skipped_saves": len(self.skipped_saves),
+                "placeholder_saves": self.placeholder_saves[:50], "n_placeholder_saves": len(self.placeholder_saves),
                 "skipped_deletes": self.skipped_deletes[:50]}
 
 
