@@ -73,13 +73,13 @@ def note_publish(st: Any, fingerprint: Mapping[str, str]) -> None:
 def note_miss(st: Any, fingerprint: Mapping[str, str]) -> None:
     """The first graph miss of a GPU job (not a warm, not a helper process, rank 0 only): if the
     cache holds graph entries for other boards and none for this one, say so in one line."""
-    if st is None or _state["silent"] or not _first("checked"):
+    board = _board(fingerprint)  # a CPU graph's miss says nothing about boards: wait for a GPU one
+    if st is None or board is None or _state["silent"] or not _first("checked"):
         return
     from pcompile.events import _context
     from pcompile.settings import WARMING
 
-    board = _board(fingerprint)
-    if board is None or WARMING.get() or (_context.rank() or 0) != 0:
+    if WARMING.get() or (_context.rank() or 0) != 0:
         return
     line = mismatch_line(board[0], board[1], boards.read_markers(_directory_roots(st, writing=False)))
     if line:
