@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from pathlib import Path
 from typing import Any
 
 from pcompile.errors import PcompileError
@@ -20,7 +21,7 @@ from pcompile.vdev.profile import DeviceProfile, resolve, short_name
 
 def split_targets(target: str | None) -> list[str | None]:
     """`--target` as a list: one name, a file, or several, comma-separated (h100,h200)."""
-    if target is None or "," not in target:
+    if target is None or "," not in target or Path(target).is_file():
         return [target]
     names = [t.strip() for t in target.split(",") if t.strip()]
     if not names:
@@ -33,8 +34,6 @@ def board_label(profile: DeviceProfile) -> str:
     from pcompile.warm.runner import builtin
 
     if builtin(profile):
-        from pathlib import Path
-
         return short_name(Path(profile.source).stem)
     return profile.board or profile.source
 
