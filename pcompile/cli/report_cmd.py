@@ -70,7 +70,7 @@ def _job_row(log: Any) -> dict[str, Any]:
     hit, total = hits.totals(layers)
     start = min((e["ts"] for e in events), default=log.mtime)
     return {"job": log.job, "path": str(log.path), "mtime": log.mtime, "bytes": log.size, "start": start,
-            "script": analysis.job_script(procs), "lookups": total, "lookup_hits": hit,
+            "script": analysis.job_script(procs), "boards": analysis.job_boards(events), "lookups": total, "lookup_hits": hit,
             "hit_rate": round(hit / total, 4) if total else None, "layers": layers}
 
 
@@ -78,7 +78,8 @@ def _list_line(r: dict[str, Any]) -> str:
     import time
 
     rate = f"{r['lookup_hits']}/{r['lookups']} hit ({100 * r['hit_rate']:.0f}%)" if r["lookups"] else "no look-ups"
-    return f"{r['job']}  {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(r['start']))}  {r['script'] or '?'}  {rate}"
+    board = f"  [{', '.join(r['boards'])}]" if r.get("boards") else ""
+    return f"{r['job']}  {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(r['start']))}  {r['script'] or '?'}{board}  {rate}"
 
 
 def _format_from(out: str | None) -> str:

@@ -5,7 +5,7 @@ import argparse
 from typing import Any
 
 from pcompile.cli.common import add_common, emit, open_store
-from pcompile.store import hits, usage
+from pcompile.store import boards, hits, usage
 from pcompile.store.stats import collect
 
 RECENT_JOBS = 3
@@ -50,6 +50,7 @@ def gather(args: argparse.Namespace) -> dict[str, Any]:
         "disk": disk,
         "disk_bytes": sum(disk.values()),
         "recent_jobs": recent_jobs(store.settings.cache_dir),
+        "boards": boards.entries_by_board(store.local) if getattr(store.local, "root", None) else {},
     }
 
 
@@ -68,6 +69,7 @@ def recent_jobs(cache_dir: Any, n: int = RECENT_JOBS) -> list[dict[str, Any]]:
         layers = hits.from_events(events)
         hit, total = hits.totals(layers)
         out.append({"job": log.job, "script": analysis.job_script(sorted(procs, key=lambda e: e["ts"])), "mtime": log.mtime,
+                    "boards": analysis.job_boards(events),
                     "layers": layers, "lookups": total, "hits": hit, "all_hit": hits.all_hit(layers)})
     return out
 
@@ -90,7 +92,12 @@ def run(args: argparse.Namespace) -> int:
     if data["recent_jobs"]:
         lines.append("newest jobs     cache look-ups per layer (as `pcompile report` and the warm summary count them)")
         for j in data["recent_jobs"]:
-            lines.append(f"  {j['job']}  {j['script'] or '?'}: {hits.summary(j['layers'])}")
+            board = f" [{', '.join(j['boards'])}]" if j["boards"] else ""
+            lines.append(f"  {j['job']}  {j['script'] or '?'}{board}: {hits.summary(j['layers'])}")
+    if data["boards"]:
+        lines.append("boards          graph entries per board (kernels are shared by boards whose kernel sources agree)")
+        for name, n in data["boards"].items():
+            lines.append(f"  {name}: {n.get('graph', 0)} FX graph, {n.get('autograd', 0)} AOTAutograd")
     lines.append("layer           hits   misses  hit rate   (all jobs since the cache was made)")
     for layer, c in data["layers"].items():
         rate = f"{100 * c['rate']:5.1f}%" if c["rate"] is not None else "    -"

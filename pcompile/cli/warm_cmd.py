@@ -23,7 +23,8 @@ def _steps(value: str) -> int:
 
 
 def _add_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--target", default=None, help="device profile: built-in name (h100, sm_90) or a file from `pcompile profile`")
+    p.add_argument("--target", default=None, help="device profile: built-in name (h100, h200, sm_90; default h100) or a file from "
+                                                 "`pcompile profile`; several, comma-separated (h100,h200), warm each board of a mixed cluster")
     p.add_argument("--steps", type=_steps, default=2,
                    help="training steps to run (default 2: step 2 catches recompiles), or 'all': the script runs to its "
                         "end, so graphs that only run later (an eval at the end of an epoch, a last short batch) are warmed too")
@@ -76,10 +77,16 @@ def run(args: argparse.Namespace) -> int:
 
         raise PcompileError("name the training script: pcompile warm SCRIPT [options] [-- script args]")
     script, script_args = split_rest(args)
-    result = run_warm(WarmOptions(
+    opts = WarmOptions(
         script=script, script_args=script_args, target=args.target, steps=args.steps,
         world_size=args.world_size, ranks=args.ranks, strict=args.strict, check=args.check, cache_dir=args.cache_dir,
-        shared_dir=args.shared_dir, timeout=args.timeout, command="pcompile " + shlex.join(sys.argv[1:])))
+        shared_dir=args.shared_dir, timeout=args.timeout, command="pcompile " + shlex.join(sys.argv[1:]))
+    from pcompile.warm import multi_board
+
+    targets = multi_board.split_targets(args.target)
+    if len(targets) > 1:
+        return _run_boards(args, opts, targets)
+    result = run_warm(opts)
     if args.json:
         json.dump({"exit_code": result.exit_code, "seconds": result.seconds, "written": result.written,
                    "report": result.report, "lookups": result.lookups, "job": result.job, "worker_vdev": result.worker_vdev, "profile": result.profile.board, "lines": lines(result, check=args.check)},
@@ -91,3 +98,28 @@ def run(args: argparse.Namespace) -> int:
     if result.failed and args.json:  # the text summary's first line already says it: once
         sys.stderr.write(f"pcompile: error: {result.report.get('error') or 'warm failed'}\n")
     return result.exit_status()
+
+
+def _run_boards(args: argparse.Namespace, opts: object, targets: list) -> int:
+    """`--target h100,h200`: each board's summary under its name, then one line per board."""
+    from pcompile.warm import multi_board
+    from pcompile.warm.report import report_lines as lines
+
+    runs = multi_board.run_boards(opts, targets)
+    per_board = [(run, [f"error: {run.error}"] if run.result is None else lines(run.result, check=args.check)) for run in runs]
+    summary = multi_board.summary_lines(runs)
+    if args.json:
+        boards = [{"board": run.label, "name": run.profile.name, "exit_code": run.exit_status, "error": run.error or None,
+                   **({"seconds": run.result.seconds, "written": run.result.written, "lookups": run.result.lookups,
+                       "job": run.result.job} if run.result is not None else {}), "lines": text}
+                  for run, text in per_board]
+        json.dump({"exit_code": multi_board.exit_status(runs), "boards": boards, "lines": summary}, sys.stdout, default=str)
+        sys.stdout.write("\n")
+    else:
+        for run, text in per_board:
+            sys.stdout.write(f"== {run.label}: {run.profile.name} ==\n")
+            for line in text:
+                sys.stdout.write(line + "\n")
+        for line in summary:
+            sys.stdout.write(line + "\n")
+    return multi_board.exit_status(runs)

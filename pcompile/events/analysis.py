@@ -57,7 +57,7 @@ class Analysis:
         go = self.outcomes.get("graph_compile", {})
         return {
             "job": self.job, "log": self.path, "events": len(self.events), "bad_lines": self.bad_lines,
-            "script": self.script, "start": self.t0,
+            "script": self.script, "start": self.t0, "boards": job_boards(self.events),
             "wall_s": round(self.wall, 3), "processes": len(self.processes),
             "ranks": sorted({p["rank"] for p in self.processes if p["rank"] is not None}),
             "hosts": sorted({p["host"] for p in self.processes}),
@@ -76,6 +76,7 @@ class Analysis:
         s = self.summary()
         ranks = f", ranks {_ranges(s['ranks'])}" if s["ranks"] else ""
         script = f" ({s['script']})" if s["script"] else ""
+        script += f" on {', '.join(s['boards'])}" if s["boards"] else ""
         lines = [f"job {self.job}{script}: {s['wall_s']:.1f} s of compile activity, {s['processes']} process(es) on "
                  f"{len(s['hosts'])} host(s){ranks}, {s['events']} events"]
         slow = self.graphs[0] if self.graphs else None
@@ -128,6 +129,12 @@ def job_script(evs: list[dict]) -> str:
         if e["kind"] == "process" and e.get("script"):
             return str(e["script"])
     return ""
+
+
+def job_boards(evs: list[dict]) -> list[str]:
+    """The boards (CUDA device names) a job's graph look-ups were keyed for: what it ran on, or
+    for a warm the virtual board it warmed (graph entries serve that board only)."""
+    return sorted({str(e["board"]) for e in evs if e.get("kind") == "cache_lookup" and e.get("board")})
 
 
 def process_label(e: dict) -> str:

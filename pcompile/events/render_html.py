@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 
 from pcompile.events import style
-from pcompile.events.analysis import Analysis
+from pcompile.events.analysis import Analysis, job_boards
 
 LABEL_W = 230
 PLOT_W = 1000
@@ -28,8 +28,10 @@ _TEMPLATE = Path(__file__).with_name("report.html")
 def render(a: Analysis) -> str:
     e = html.escape
     when = _dt.datetime.fromtimestamp(a.t0).strftime("%Y-%m-%d %H:%M:%S") if a.events else "-"
+    boards = job_boards(a.events)
     parts = [f"<h1>pcompile report · job {e(a.job)}</h1>",
-             f"<div class='sub'>started {e(when)} · {len(a.events)} events from {e(a.path)}"
+             f"<div class='sub'>started {e(when)}" + (f" · on {e(', '.join(boards))}" if boards else "")
+             + f" · {len(a.events)} events from {e(a.path)}"
              + (f" · {a.bad_lines} unreadable line(s) skipped" if a.bad_lines else "") + "</div>",
              _cards(a), "<h2>Where compile time went</h2>", _legend(), _timeline(a),
              "<p class='note'>Lanes: one group per process (rank · host:pid), one lane per compile worker. Nested "

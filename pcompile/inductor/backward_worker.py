@@ -99,6 +99,9 @@ def serve(in_fd: int, out_fd: int) -> int:
     from pcompile.settings import BACKWARD_AHEAD
 
     os.environ[BACKWARD_AHEAD.name] = "0"  # never speculate from inside the speculation
+    from pcompile.inductor import board_notice
+
+    board_notice.silence()  # the job's own process names a board mismatch, once
     _yield_cpu_to_the_job()
     import torch  # noqa: F401
 

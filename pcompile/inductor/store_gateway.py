@@ -27,9 +27,11 @@ import time
 from typing import Any, Callable, Iterator
 
 from pcompile.warn import warn_once
+from pcompile.inductor import board_notice
 from pcompile.inductor.layer_keys import store_key
 from pcompile.inductor.timing import emit, now, span
 from pcompile.keys import Key
+from pcompile.store import boards
 from pcompile.store.entry import Entry
 from pcompile.store.lease import Lease
 
@@ -239,6 +241,8 @@ def lookup(kind: str, inductor_key: str, *, single_flight: bool = True, counted:
     fields: dict[str, Any] = {"layer": key.layer, "tier": "store", "key": str(key), "artifact": kind}
     if inner:
         fields["inner"] = True
+    if key.layer in boards.BOARD_LAYERS and str(_inputs.fingerprint.get("target_arch", "")).startswith("sm_"):
+        fields["board"] = _inputs.fingerprint.get("target_name")  # `pcompile report` and `stats` name each job's board
     try:
         with span("cache_lookup", **fields) as ev:
             t0 = now()
@@ -271,6 +275,8 @@ def lookup(kind: str, inductor_key: str, *, single_flight: bool = True, counted:
             ev.outcome = "miss"
             if not inner and key.layer != "autotune":
                 _note("misses")
+                if key.layer in boards.BOARD_LAYERS:
+                    board_notice.note_miss(st, _inputs.fingerprint)
             return None
     except Exception as exc:
         warn_once(f"lookup:{kind}", f"pcompile: cache lookup failed ({type(exc).__name__}: {exc}); compiling without it")
@@ -350,6 +356,8 @@ def publish(kind: str, inductor_key: str, blobs: dict[str, bytes], meta: dict[st
             return False
         entry = Entry(key=key, blobs=blobs, inputs=inputs, meta=dict(meta or {}), compile_seconds=seconds)
         ok = bool(st.put(entry, compiled=compiled))
+        if ok and key.layer in boards.BOARD_LAYERS:
+            board_notice.note_publish(st, inputs.fingerprint)
         if compiled and key.layer != "autotune":  # a winner or a prediction is not a compile
             _note("published")
         if compiled and kind in ("cpp", "triton") and entry.compile_seconds:

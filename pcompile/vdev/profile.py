@@ -32,7 +32,10 @@ PROP_FIELDS: list[tuple[str, int, str]] = [
     ("regsPerMultiprocessor", 632, "i"), ("isMultiGpuBoard", 640, "i"), ("sharedMemPerBlockOptin", 672, "Q"),
 ]
 # Short names a user may pass to --target, mapped to built-in board files.
-ALIASES = {"h100": "h100-sxm5-80gb", "sm_90": "h100-sxm5-80gb", "sm90": "h100-sxm5-80gb", "hopper": "h100-sxm5-80gb"}
+ALIASES = {"h100": "h100-sxm5-80gb", "h200": "h200-sxm-141gb", "sm_90": "h100-sxm5-80gb", "sm90": "h100-sxm5-80gb",
+           "hopper": "h100-sxm5-80gb"}
+#: The board a warm without --target is for (the first one shipped; the summary names it).
+DEFAULT_BOARD = "h100-sxm5-80gb"
 
 
 @dataclass(frozen=True)
@@ -120,19 +123,37 @@ def builtin_names() -> list[str]:
 
 
 def resolve(target: str | None) -> DeviceProfile:
-    """A file path, a built-in board name, or an alias (h100, sm_90); None means the only built-in."""
+    """A file path, a built-in board name, or an alias (h100, h200, sm_90); None means DEFAULT_BOARD."""
     if target and (Path(target).is_file() or target.endswith(".json")):
         return load(target)
     names = builtin_names()
     if target is None:
-        if len(names) == 1:
-            return load(BUILTIN_DIR / f"{names[0]}.json")
+        if DEFAULT_BOARD in names:
+            return load(BUILTIN_DIR / f"{DEFAULT_BOARD}.json")
         raise PcompileError(f"pass --target (one of: {', '.join(names) or 'none shipped'}), or a profile file from `pcompile profile`")
     key = target.lower()
     key = ALIASES.get(key, key)
     if key in names:
         return load(BUILTIN_DIR / f"{key}.json")
     raise PcompileError(f"unknown target {target!r}; use one of {', '.join(names + sorted(ALIASES))}, or a profile file from `pcompile profile`")
+
+
+def short_name(board_file: str) -> str:
+    """What a person types for a built-in board: its shortest alias (h100), else the file's name."""
+    aliases = sorted((a for a, f in ALIASES.items() if f == board_file and not a.startswith(("sm", "hopper"))), key=len)
+    return aliases[0] if aliases else board_file
+
+
+def builtin_for(name: str) -> str | None:
+    """The --target that warms for the board CUDA calls `name` (NVIDIA H200 -> h200), or None
+    when no built-in profile has that name (then `pcompile profile` captures one)."""
+    for stem in builtin_names():
+        try:
+            if json.loads((BUILTIN_DIR / f"{stem}.json").read_text()).get("name") == name:
+                return short_name(stem)
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 def describe(prof: DeviceProfile) -> str:

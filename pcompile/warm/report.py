@@ -130,8 +130,8 @@ def report_lines(result: Any, check: bool = False) -> list[str]:
     out.extend(_reads_and_writes(r))
     from pcompile.warm.runner import software_line
 
-    if software_line(r.get("software") or {}):
-        out.append(software_line(r.get("software") or {}))
+    if software_line(r.get("software") or {}, result.profile.name):
+        out.append(software_line(r.get("software") or {}, result.profile.name))
     for line in result.version_warnings:
         out.append(f"warning: {line}")
     return out

@@ -42,6 +42,7 @@ class WarmOptions:
     timeout: float | None = None
     keep_workdir: bool = False
     command: str = ""  # what the user typed, shown by `pcompile report --list` and `stats`
+    board_label: str = ""  # a multi-board warm's "h200 (2/2)": the progress line names the board
 
 
 @dataclass
@@ -209,10 +210,13 @@ def version_warnings(profile: DeviceProfile, local: dict[str, Any]) -> list[str]
             f"if the GPU host was upgraded) and warm again"]
 
 
-def software_line(local: dict[str, Any]) -> str:
-    """What the GPU job must run to hit what this warm wrote (informational, not a warning)."""
+def software_line(local: dict[str, Any], board: str = "") -> str:
+    """What the GPU job must run to hit what this warm wrote (informational, not a warning):
+    graph entries are per board, so the line names the board (another board's job misses them)."""
     shown = ", ".join(f"{k} {local[k]}" for k in KEYED_SOFTWARE if local.get(k) is not None)
-    return f"the GPU job hits these entries when it runs pcompile with the same {shown}" if shown else ""
+    on = f" on an {board}" if board else ""
+    other = "; a job on another board misses them (warm for each: --target h100,h200)" if board else ""
+    return f"the GPU job{on} hits these entries when it runs pcompile with the same {shown}{other}" if shown else ""
 
 
 def _wait(proc: subprocess.Popen, workdir: Path, opts: WarmOptions, settings: Settings, script: Path) -> int:
@@ -230,7 +234,7 @@ def _wait(proc: subprocess.Popen, workdir: Path, opts: WarmOptions, settings: Se
         pass
     w = watch.Watch(proc, workdir / "progress", workdir / "stacks", activity, watch.stall_seconds(),
                     script=str(script.resolve()), timeout=opts.timeout)
-    with progress(total=opts.steps or None, desc="warming") as bar:
+    with progress(total=opts.steps or None, desc=f"warming {opts.board_label}".strip()) as bar:
         rc = w.wait(bar.advance)
         if rc != 0:
             bar.fail()
