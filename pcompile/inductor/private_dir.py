@@ -49,9 +49,9 @@ def fall_back(root: Path, code: int, detail: str = "") -> bool:
         os.environ[DISABLE.name] = "1"  # compile workers started from now on run stock
         _private = private
     _sweep_own_temp_files(root)
-    why = f" ({detail})" if detail else ""
+    why = f" ({detail})" if detail and detail != os.strerror(code) else ""
     print(f"pcompile: cache dir {root} {diskfault.describe(code)}{why}: compiling in a private temp dir, "
-          "nothing cached; the job goes on", file=sys.stderr, flush=True)
+          f"nothing cached; the job goes on ({diskfault.fix(code)})", file=sys.stderr, flush=True)
     return True
 
 
