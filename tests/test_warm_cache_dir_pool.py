@@ -9,6 +9,7 @@ its requester's store settings: B gets what the warm into A got, and A gets noth
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -44,11 +45,11 @@ def _stop_daemon(cache: Path, env: dict[str, str]) -> None:
     subprocess.run([sys.executable, "-c", code, str(cache)], env=env, timeout=60)
 
 
-def _warm_beside_another_cache(tmp_path: Path, pool: str) -> None:
+def _warm_beside_another_cache(tmp_path: Path, pool: str, **extra: str) -> None:
     script = tmp_path / "recompile.py"
     script.write_text(textwrap.dedent(SCRIPT))
     a, b = tmp_path / "A", tmp_path / "B"
-    env = {"PCOMPILE_CACHE_DIR": str(a), "PCOMPILE_POOL": pool}  # A: this environment's cache
+    env = {"PCOMPILE_CACHE_DIR": str(a), "PCOMPILE_POOL": pool, **extra}  # A: this environment's cache
     try:
         rc, first, log = warm(script, a, env=env, cwd=tmp_path)
         assert rc == 0, log[-3000:]
@@ -58,6 +59,9 @@ def _warm_beside_another_cache(tmp_path: Path, pool: str) -> None:
         assert rc == 0, log[-3000:]
         assert res["report"]["autotune_predicted"] == 2, f"B got {res['report']['autotune_predicted']} predictions"
         assert res["written"] == first["written"], (res["written"], first["written"])
+        pools = {json.loads(line).get("pool") for log_file in (b / "events").glob("warm-*.jsonl")
+                 for line in log_file.read_text().splitlines() if '"kernel_compile"' in line}
+        assert pools == {pool}, f"kernels compiled by {pools}, not by the {pool} pool"
         after = _files(a)
         assert after == before, f"A changed: {sorted(set(after.items()) ^ set(before.items()))[:8]}"
         rc, check, log = warm(script, b, "--check", env=env, cwd=tmp_path)
@@ -70,3 +74,16 @@ def _warm_beside_another_cache(tmp_path: Path, pool: str) -> None:
 
 def test_warm_cache_dir_beside_a_node_daemon_of_another_cache(tmp_path: Path) -> None:
     _warm_beside_another_cache(tmp_path, "node")
+
+
+def test_warm_cache_dir_on_a_ray_cluster_started_for_another_cache(tmp_path: Path, monkeypatch) -> None:
+    """A running local Ray cluster whose processes (and so its actors) have A as their cache."""
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized():
+        pytest.skip("a Ray cluster of another test is up in this process")
+    monkeypatch.setenv("PCOMPILE_CACHE_DIR", str(tmp_path / "A"))
+    ctx = ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        _warm_beside_another_cache(tmp_path, "ray", RAY_ADDRESS=ctx.address_info["gcs_address"])
+    finally:
+        ray.shutdown()
