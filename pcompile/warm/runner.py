@@ -239,6 +239,8 @@ def _wait(proc: subprocess.Popen, workdir: Path, opts: WarmOptions, settings: Se
 
 def run_warm(opts: WarmOptions) -> WarmResult:
     script = Path(opts.script)
+    if script.is_dir():
+        raise PcompileError(f"{opts.script} is a directory; pass the training script (a .py file) as `pcompile warm SCRIPT`")
     if not script.is_file():
         raise PcompileError(f"script {opts.script} not found; pass the training script as `pcompile warm SCRIPT`")
     if opts.steps < 0:
