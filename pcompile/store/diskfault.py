@@ -50,20 +50,22 @@ def fix(code: int) -> str:
 
 
 def path_problem(root: str | os.PathLike) -> tuple[int, str] | None:
-    """(errno, detail) if `root` cannot be made a writable directory, else None. Cheap (one mkdir,
-    one empty file, no fsync): it runs while `import torch` finishes (PCOMPILE=1), where torch
-    creates the directories it is given and an error fails the import."""
-    root = os.path.abspath(root)
+    """(errno, detail) if `root` cannot be made a writable directory, else None. Cheap, and
+    creates nothing (a process that never compiles leaves the cache dir as it was): it runs while
+    `import torch` finishes (PCOMPILE=1), where torch later creates the directories it is given
+    and an error fails the job. Looks at `root`, or its nearest existing parent."""
+    probe = os.path.abspath(root)
+    while not os.path.lexists(probe) and probe != os.path.dirname(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        return errno.ENOTDIR, f"{probe} is a file"
+    if os.access(probe, os.W_OK | os.X_OK):
+        return None
     try:
-        os.makedirs(root, exist_ok=True)
-        name = os.path.join(root, f".pcompile-probe.{os.getpid()}.{threading.get_ident()}")
-        os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-        os.unlink(name)
-    except (FileExistsError, NotADirectoryError):
-        return errno.ENOTDIR, f"{_first_non_directory(root)} is a file"
-    except OSError as exc:
-        return exc.errno or errno.EIO, exc.strerror or str(exc)
-    return None
+        read_only = bool(os.statvfs(probe).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    return (errno.EROFS, os.strerror(errno.EROFS)) if read_only else (errno.EACCES, f"{probe} is not writable")
 
 
 def _first_non_directory(path: str) -> str:
