@@ -67,9 +67,17 @@ def main() -> None:
     print(f"final loss     {last:.6f}")
     print(f"checksum       {checksum(model)}")
     if args.backend == "pcompile":
+        import pcompile
         from pcompile.config import Settings
 
-        print(f"cache          {Settings.from_env().cache_dir}  (run again to hit it; `pcompile stats` to see)")
+        hit, lookups = pcompile.cache_lookups()
+        if not lookups:
+            how = "nothing looked up: pcompile was off or stepped aside"
+        elif hit < lookups:
+            how = f"{lookups - hit} of {lookups} look-ups missed: run again to hit them"
+        else:
+            how = f"all {lookups} look-ups hit"
+        print(f"cache          {Settings.from_env().cache_dir}  ({how}; `pcompile stats` to see)")
 
 
 if __name__ == "__main__":

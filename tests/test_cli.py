@@ -186,6 +186,7 @@ def test_entries_of_a_removed_layer_are_ignored_and_their_blobs_freed(tmp_path: 
         (["verify", "--cache-dir", "/nonexistent/pcompile"], "does not exist"),
         (["stats", "--cache-dir", "/proc/pcompile-cache"], "cannot create the cache"),
         (["frobnicate"], "invalid choice"),
+        (["warm", "/tmp", "--target", "h100"], "/tmp is a directory; pass the training script"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(argv: list[str], needle: str) -> None:

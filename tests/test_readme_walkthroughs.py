@@ -129,10 +129,11 @@ def test_ray_pool_compiles_the_warms_kernels_on_actors(tmp_path: Path) -> None:
     base = rc.clean_env(PCOMPILE_CACHE_DIR=str(cache), PCOMPILE_POOL_IDLE_EXIT="10", RAY_USAGE_STATS_ENABLED="0",
                         **({"PCOMPILE_WARM_SANDBOX": os.environ["PCOMPILE_WARM_SANDBOX"]} if "PCOMPILE_WARM_SANDBOX" in os.environ else {}))
     base.update(_exported(token, base))
-    # --block keeps the head in a process group of ours, ended below (never `ray stop`: it ends
-    # every Ray of this machine, other tests' included)
+    # --block (the README's) keeps the head in a process group of ours, ended below (never `ray
+    # stop`: it ends every Ray of this machine, other tests' included)
     temp = tempfile.mkdtemp(prefix="pcray-")  # short: Ray's socket paths must fit 107 bytes
-    ray = subprocess.Popen(rc.argv(head) + ["--block", "--temp-dir", temp], env=base, cwd=rc.REPO,
+    assert "--block" in head.split(), head  # the README's head is ended by its own signal, not `ray stop`
+    ray = subprocess.Popen(rc.argv(head) + ["--temp-dir", temp], env=base, cwd=rc.REPO,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 180

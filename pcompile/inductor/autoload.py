@@ -10,9 +10,11 @@ Inductor) are installed by the first compile. It must never raise: torch would r
 """
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 
-from pcompile.settings import ROUTE
+from pcompile.settings import DISABLE, ROUTE
 
 
 def requested() -> bool:
@@ -29,6 +31,11 @@ def autoload() -> None:
 
         if not gate.supported():
             return  # warned once: this torch/triton runs stock Inductor
+        problem = env.unusable_cache_dir()
+        if problem is not None:
+            print(problem, file=sys.stderr, flush=True)
+            os.environ[DISABLE.name] = "1"  # hooks and compile workers run stock from here on
+            return
         env.set_cache_dirs()
         from pcompile.inductor.install import route_default_backend
 

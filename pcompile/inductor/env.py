@@ -39,6 +39,25 @@ def _set_by_torch(value: str) -> bool:
     return default is not None and os.path.abspath(value) == default
 
 
+def unusable_cache_dir(settings: Settings | None = None) -> str | None:
+    """One line saying why the cache dir pcompile would give torch cannot be used, or None.
+
+    torch creates TORCHINDUCTOR_CACHE_DIR while `import torch._dynamo` runs (torch.compile's first
+    call), and a path it cannot create (a file where the dir goes, a read-only file system) fails
+    that import, so the job. Checked cheaply (made, one empty file written) before it is set."""
+    from pcompile.store import diskfault
+
+    settings = settings or Settings.from_env()
+    problem = diskfault.path_problem(inductor_dir(settings))
+    if problem is None:
+        return None
+    code, detail = problem
+    why = f" ({detail})" if detail and detail != os.strerror(code) else ""
+    return (f"pcompile: cache dir {settings.cache_dir} {diskfault.describe(code)}{why}: pcompile steps aside and "
+            f"torch compiles with its own cache dirs, nothing cached by pcompile; the job goes on "
+            f"({diskfault.fix(code)})")
+
+
 def set_cache_dirs(settings: Settings | None = None) -> dict[str, str]:
     """Set the cache-dir variables the user left unset; returns what was set.
 

@@ -135,7 +135,7 @@ class KernelRouter:
         future = self.jobs.submit_job(
             triton_jobs.run_coordesc_ring,
             (job.kernel_name, job.source, self._job_env(job), job.extra_config, self.hook.triton_env(), steps),
-            weight=-1.0, timeout=self.timeout, label=f"{job.kernel_name} (tuner candidates)",
+            {"store_env": self.settings.job_env()}, weight=-1.0, timeout=self.timeout, label=f"{job.kernel_name} (tuner candidates)",
             fallback=lambda: [],
         )
         with self._counts_lock:
@@ -251,7 +251,7 @@ class KernelRouter:
         future = self.jobs.submit_job(
             triton_jobs.run_triton_job,
             (job.kernel_name, job.source, env, job.extra_config, json.loads(fp["x.triton_env"]) if fp else self.hook.triton_env()),
-            {"untimed": store_gateway.cannot_time()},
+            {"untimed": store_gateway.cannot_time(), "store_env": self.settings.job_env()},
             weight=float(len(job.source)),
             timeout=self.timeout,
             label=job.kernel_name,

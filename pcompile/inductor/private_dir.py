@@ -22,11 +22,17 @@ from pcompile.store import diskfault
 
 _lock = threading.Lock()
 _private: str | None = None
+_reason: str | None = None
 
 
 def active() -> bool:
     """True once this process has given up its cache dir."""
     return _private is not None
+
+
+def reason() -> str | None:
+    """Why this process gave up its cache dir ("cache dir X is full"), or None."""
+    return _reason
 
 
 def _moved(var: str, root: Path) -> bool:
@@ -36,7 +42,7 @@ def _moved(var: str, root: Path) -> bool:
 
 def fall_back(root: Path, code: int, detail: str = "") -> bool:
     """Move Inductor/Triton working dirs under `root` to a private temp dir; False if already done."""
-    global _private
+    global _private, _reason
     with _lock:
         if _private is not None:
             return False
@@ -49,9 +55,10 @@ def fall_back(root: Path, code: int, detail: str = "") -> bool:
         os.environ[DISABLE.name] = "1"  # compile workers started from now on run stock
         _private = private
     _sweep_own_temp_files(root)
-    why = f" ({detail})" if detail else ""
+    why = f" ({detail})" if detail and detail != os.strerror(code) else ""
+    _reason = f"cache dir {root} {diskfault.describe(code)}{why}"
     print(f"pcompile: cache dir {root} {diskfault.describe(code)}{why}: compiling in a private temp dir, "
-          "nothing cached; the job goes on", file=sys.stderr, flush=True)
+          f"nothing cached; the job goes on ({diskfault.fix(code)})", file=sys.stderr, flush=True)
     return True
 
 

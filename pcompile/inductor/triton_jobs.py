@@ -11,6 +11,7 @@ import dataclasses
 from typing import Any
 
 from pcompile.compat import coordesc_ring, pool_hook
+from pcompile.config import applied_env
 from pcompile.inductor import store_gateway
 from pcompile.keys.versions import build_software
 
@@ -23,13 +24,15 @@ def run_triton_job(
     triton_env_wanted: dict[str, str] | None = None,
     *,
     untimed: bool = False,
+    store_env: dict[str, str | None] | None = None,
 ) -> pool_hook.TritonResult:
     """Worker side: compile one kernel; see pool_hook.run_triton_job for the arguments.
 
     The router counted this kernel's look-up, so the worker's own (Triton's cubin per config) are
     inner (store/hits.py); `untimed` carries the requester's "cannot time kernels" (a warm) into a
-    shared worker, whose own environment says nothing about the requester."""
-    with store_gateway.inside("kernel", untimed=untimed):
+    shared worker, whose own environment says nothing about the requester, and `store_env`
+    (Settings.job_env) the requester's cache, which the worker's look-ups and writes use."""
+    with applied_env(store_env), store_gateway.inside("kernel", untimed=untimed):
         result = pool_hook.run_triton_job(kernel_name, source, extra_env, extra_config, triton_env_wanted)
     return dataclasses.replace(result, software=build_software(pool_hook.arch_of(source)))
 
@@ -49,6 +52,7 @@ def run_coordesc_ring(
     extra_config: dict[str, Any],
     triton_env_wanted: dict[str, str] | None,
     steps: int,
+    store_env: dict[str, str | None] | None = None,
 ) -> list[tuple[str, str]]:
     """Worker side: compile the configs coordinate-descent tuning will try first on the GPU
     (compat/coordesc_ring.py), for a warm. Returns (Triton key, kernel name) per compiled config;
@@ -60,7 +64,7 @@ def run_coordesc_ring(
         return kernel
 
     try:
-        with store_gateway.inside("kernel", untimed=True):
+        with applied_env(store_env), store_gateway.inside("kernel", untimed=True):
             return pool_hook.run_configs_job(load_ring, extra_env, extra_config, triton_env_wanted)
     except Exception:
         return []

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from pcompile.pool import protocol
-from pcompile.settings import VDEV_PREFIX, WARM_PREFIX, WARM_SANDBOX_ACTIVE, WARMING
+from pcompile.settings import CACHE_DIR, VDEV_PREFIX, WARM_PREFIX, WARM_SANDBOX_ACTIVE, WARMING
 from pcompile.pool.errors import PoolUnavailable
 from pcompile.pool.paths import PoolPaths
 
@@ -162,6 +162,9 @@ def spawn_daemon(cache_dir: Path, paths: PoolPaths, options: DaemonOptions) -> s
     if options.preload:
         cmd += ["--preload", ",".join(options.preload)]
     env = daemon_env(os.environ)
+    # Its own writes (events, stats) go to the cache it serves, whoever started it; each job
+    # carries its requester's store settings (config.Settings.job_env).
+    env[CACHE_DIR.name] = str(cache_dir)
     # The daemon must import this very pcompile, wherever the client found it.
     import pcompile
 

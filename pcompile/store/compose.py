@@ -104,6 +104,11 @@ def default_store() -> Store:
         return _default
 
 
+def opened_store() -> Store | None:
+    """The process-wide store if this process has opened it (never opens one)."""
+    return _default
+
+
 def _forget_after_fork() -> None:
     """A forked child must not share its parent's Store (its stats file is named by pid)."""
     global _default

@@ -33,8 +33,49 @@ _TEXT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.ESTALE)
 _PATH_ERRNOS = (errno.EACCES, errno.EPERM, errno.ENOENT, errno.EIO)
 
 
+#: Faults of the cache dir's path itself (a file where the dir should be), found at start only:
+#: an ENOTDIR raised mid-job is not recognised as the cache dir's (Inductor's own paths raise it).
+_START_PROBLEMS: dict[int, str] = {errno.ENOTDIR: "is not a directory"}
+
+
 def describe(code: int) -> str:
-    return PROBLEMS.get(code, f"failed ({os.strerror(code)})")
+    return PROBLEMS.get(code) or _START_PROBLEMS.get(code) or f"failed ({os.strerror(code)})"
+
+
+def fix(code: int) -> str:
+    """What the user does about fault `code` of the cache dir, in a few words."""
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        return "free space there or point PCOMPILE_CACHE_DIR at another directory"
+    return "point PCOMPILE_CACHE_DIR at a writable directory"
+
+
+def path_problem(root: str | os.PathLike) -> tuple[int, str] | None:
+    """(errno, detail) if `root` cannot be made a writable directory, else None. Cheap, and
+    creates nothing (a process that never compiles leaves the cache dir as it was): it runs while
+    `import torch` finishes (PCOMPILE=1), where torch later creates the directories it is given
+    and an error fails the job. Looks at `root`, or its nearest existing parent."""
+    probe = os.path.abspath(root)
+    while not os.path.lexists(probe) and probe != os.path.dirname(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        return errno.ENOTDIR, f"{probe} is a file"
+    if os.access(probe, os.W_OK | os.X_OK):
+        return None
+    try:
+        read_only = bool(os.statvfs(probe).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    return (errno.EROFS, os.strerror(errno.EROFS)) if read_only else (errno.EACCES, f"{probe} is not writable")
+
+
+def _first_non_directory(path: str) -> str:
+    """The nearest ancestor of `path` (or itself) that exists and is not a directory."""
+    probe = path
+    while probe != os.path.dirname(probe):
+        if os.path.lexists(probe) and not os.path.isdir(probe):
+            return probe
+        probe = os.path.dirname(probe)
+    return path
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
@@ -115,6 +156,8 @@ def probe(root: Path, min_free: int, timeout: float) -> tuple[int, str] | None:
     if not result:
         return errno.ETIMEDOUT, f"a 64 KiB write took over {timeout:g} s"
     exc = result[0]
+    if isinstance(exc, (FileExistsError, NotADirectoryError)):  # mkdir: a file is where a dir goes
+        return errno.ENOTDIR, f"{_first_non_directory(str(root))} is a file"
     if isinstance(exc, OSError):
         return (exc.errno or errno.EIO), exc.strerror or str(exc)
     if exc is not None:

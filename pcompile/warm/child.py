@@ -370,6 +370,9 @@ def run(spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     from pcompile.warm import reads
 
     report["reads"] = reads.summary()
+    from pcompile.warm.shortfall import cache_fault
+
+    report["cache_fault"] = cache_fault()
     return code, report
 
 

@@ -117,8 +117,9 @@ def command(iso: Isolation, child: list[str], env: dict[str, str], run_dir: Path
             cache_dir: Path) -> tuple[list[str], dict[str, str]]:
     """(argv, env) that start `child` in the chosen sandbox."""
     if iso.mode == "python":
+        # The child writes this file once its own redirect is in (warm/paths.py share): its own
+        # sitecustomize must find none, or it installs a second, incomplete redirect.
         state = workdir / "redirect.json"
-        state.write_text(json.dumps({"run_dir": str(run_dir), "keep": keep_paths(env, run_dir, workdir, cache_dir)}))
         env = dict(env, **{sandbox.ENV_ACTIVE: "python", ENV_REDIRECT: str(state)})
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(INHERIT_DIR), env.get("PYTHONPATH", "")) if p)
         return child, env

@@ -21,7 +21,7 @@ from pcompile.config import Settings
 from pcompile.errors import PcompileError
 from pcompile.settings import JOB_ID, JOB_SCRIPT, WARM_PROGRESS, WARMING
 from pcompile.vdev import build, preload
-from pcompile.warm import isolation
+from pcompile.warm import isolation, shortfall
 from pcompile.vdev.profile import DeviceProfile, resolve
 
 LAYERS = ("fxgraph", "aotautograd", "triton")
@@ -243,6 +243,8 @@ def _wait(proc: subprocess.Popen, workdir: Path, opts: WarmOptions, settings: Se
 
 def run_warm(opts: WarmOptions) -> WarmResult:
     script = Path(opts.script)
+    if script.is_dir():
+        raise PcompileError(f"{opts.script} is a directory; pass the training script (a .py file) as `pcompile warm SCRIPT`")
     if not script.is_file():
         raise PcompileError(f"script {opts.script} not found; pass the training script as `pcompile warm SCRIPT`")
     if opts.steps < 0:
@@ -281,8 +283,12 @@ def run_warm(opts: WarmOptions) -> WarmResult:
     written = {layer: max(len(after[layer] - before[layer]),
                           len(after.get(f"store:{layer}", set()) - before.get(f"store:{layer}", set())))
                for layer in LAYERS}
+    lookups = job_lookups(settings, job)
+    short = shortfall.problem(report, written, lookups, settings.cache_dir) if rc == 0 else None
+    if short:  # the script ran, but the cache did not get what it compiled: not a success
+        rc, report["error"] = 1, short
     return WarmResult(rc, report, written, seconds, profile, warnings, [w for _, _, ws in results for w in ws], inductor,
-                      lookups=job_lookups(settings, job), job=job)
+                      lookups=lookups, job=job)
 
 
 def job_lookups(settings: Settings, job: str) -> dict[str, dict[str, Any]] | None:
