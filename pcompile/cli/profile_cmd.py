@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.show:
         data = resolve(args.show)
-        sys.stdout.write((json.dumps(data, indent=1, sort_keys=True) if args.json else describe(data)) + "\n")
+        sys.stdout.write((json.dumps(data.data, indent=1, sort_keys=True) if args.json else describe(data)) + "\n")
         return 0
     from pcompile.vdev.capture import capture
 
