@@ -42,7 +42,7 @@ def test_stats_json_contract(tmp_path: Path) -> None:
     for field in ("entries", "bytes", "compiles", "compile_seconds", "saved_seconds", "layers", "tiers"):
         assert field in data
     assert set(data["layers"]) == {"graph", "autograd", "kernel", "autotune"}
-    assert data["layers"]["kernel"] == {"hits": 1, "misses": 0, "untimed": 0, "inner": 0, "lookups": 1, "rate": 1.0}
+    assert data["layers"]["kernel"] == {"hits": 1, "misses": 0, "untimed": 0, "inner": 0, "predicted": 0, "lookups": 1, "rate": 1.0}
     # every byte under the cache dir is accounted for, by what keeps it
     assert data["disk"]["store entries"] == data["bytes"] and data["disk_bytes"] >= data["bytes"]
     assert data["entries"] == 3 and data["bytes"] > 30_000

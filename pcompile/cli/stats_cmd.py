@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     lines.append(f"layer           hits   misses  hit rate   (all jobs {_since(data['cache_dir'])})")
     for layer, c in data["layers"].items():
         rate = f"{100 * c['rate']:5.1f}%" if c["rate"] is not None else "    -"
-        notes = [f"{c['untimed']} left for the GPU to time (a warm host cannot)"] if c["untimed"] else []
+        notes = [hits.untimed_words(c)] if c["untimed"] else []
         lines.append(f"  {layer:<13} {c['hits']:>5} {c['misses']:>8}  {rate}" + (f"   {'; '.join(notes)}" if notes else ""))
     lines.append("tier            entries   bytes       hits   misses  mean read")
     for name, t in data["tiers"].items():

@@ -62,6 +62,7 @@ class Stats:
         self._lock = threading.Lock()
         self._dirty = False
         self._last_flush = 0.0
+        self._timer_pid: int | None = None
         self._path = self.dir / f"{socket.gethostname()}.{os.getpid()}.json"
         atexit.register(self.flush)
 
@@ -93,6 +94,18 @@ class Stats:
         self._dirty = True
         if time.monotonic() - self._last_flush >= _FLUSH_INTERVAL:
             self.flush()
+        elif self._timer_pid != os.getpid():  # none pending in this process (a fork inherits the flag, not the thread)
+            self._timer_pid = os.getpid()
+            timer = threading.Timer(_FLUSH_INTERVAL, self._timed_flush)
+            timer.daemon = True
+            timer.start()
+
+    def _timed_flush(self) -> None:
+        """The last counts of a burst reach the file within a second, also in a process that is
+        killed rather than exiting (a pool worker when its daemon stops): `pcompile stats` then
+        agrees with the job's event log."""
+        self._timer_pid = None
+        self.flush()
 
     def flush(self) -> None:
         if not self._dirty:
