@@ -59,7 +59,7 @@ def test_explain_names_the_differing_field(tmp_path: Path) -> None:
     store.put(Entry(kb, {"g": b"b"}, ib))
     out = run_cli("explain", str(ka), str(kb), *_args(tmp_path))
     assert out.returncode == 0, out.stderr
-    assert "fingerprint.target_name" in out.stdout and "source_hash" not in out.stdout
+    assert "target GPU: NVIDIA H100 80GB HBM3 -> NVIDIA H100 PCIe" in out.stdout and "source_hash" not in out.stdout
     js = json.loads(run_cli("explain", "--json", str(ka), str(kb), *_args(tmp_path)).stdout)
     assert [d["field"] for d in js["differences"]] == ["fingerprint.target_name"]
 

@@ -62,7 +62,9 @@ def test_a_widened_model_names_the_changed_graph_in_words(jobs: dict[str, str]) 
         assert "(widen.py:" in m["name"] or "widen.py" in m["name"], m  # a file:line name, not `GraphModule`
         assert not any("source_hash" in r for r in m["reasons"]), m
     text = out.stdout
-    assert "shape" in text and "source_hash" not in text
+    assert "source_hash" not in text
+    # the changed width, named as the inputs whose shape changed (Inductor's key description)
+    assert "shape [8, 16] -> [24, 16]" in text and "shape [8] -> [24]" in text, text
 
 
 def test_keys_of_two_layers_are_refused_in_one_line(jobs: dict[str, str]) -> None:

@@ -88,7 +88,10 @@ def explain_job(args: argparse.Namespace) -> int:
                 return entry.inputs
         return None
 
-    misses = misses_of(events, older, inputs_of)
+    from pcompile.keys import key_details
+
+    cache_dir = settings_from(args).cache_dir
+    misses = misses_of(events, older, inputs_of, lambda key: key_details.load(cache_dir, key))
     if not misses:
         text = f"job {job}: no misses"
     else:
@@ -120,7 +123,11 @@ def run(args: argparse.Namespace) -> int:
     if not diffs:
         text = "the two keys have identical inputs"
     else:
-        width = max(len(d.field) for d in diffs)
-        text = "\n".join(f"{d.field:<{width}}  {d.a!s}  !=  {d.b!s}" for d in diffs)
+        from pcompile.cli.common import settings_from
+        from pcompile.keys import key_details
+        from pcompile.keys.job_misses import because
+
+        cache_dir = settings_from(args).cache_dir
+        text = "\n".join(because(a.layer, diffs, key_details.load(cache_dir, args.key_a), key_details.load(cache_dir, args.key_b)))
     emit(args, {"same": not diffs, "differences": [d.__dict__ for d in diffs]}, text)
     return 0

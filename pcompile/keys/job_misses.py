@@ -44,6 +44,20 @@ def describe(d: Difference, layer: str) -> str:
     return f"{words}: {d.a if d.a is not None else '(none)'} -> {d.b if d.b is not None else '(none)'}"
 
 
+def because(layer: str, diffs: list[Difference], before: list[str] | None, now: list[str] | None) -> list[str]:
+    """Each difference in words; a changed source (Inductor's own key) named by what changed in
+    it when both keys' descriptions were kept (keys/key_details.py)."""
+    from pcompile.keys import key_details
+
+    out = []
+    for d in diffs:
+        if d.field == "source_hash" and before and now:
+            out += key_details.describe(before, now) or [describe(d, layer)]
+        else:
+            out.append(describe(d, layer))
+    return out or ["identical inputs (a key format change)"]
+
+
 @dataclasses.dataclass
 class Miss:
     layer: str
@@ -91,7 +105,8 @@ def _stem(name: str) -> str:
 
 
 def explain_job(job_events: list[dict], earlier: list[tuple[str, list[dict]]],
-                inputs_of: Callable[[Key], KeyInputs | None]) -> list[Miss]:
+                inputs_of: Callable[[Key], KeyInputs | None],
+                details_of: Callable[[str], list[str] | None] = lambda key: None) -> list[Miss]:
     """Every counted miss of the job; `earlier` is older jobs' (job id, events), newest first."""
     seen: dict[tuple[str, str, int], tuple[str, str]] = {}  # (layer, name stem, n-th) -> newest earlier (job, key)
     looked_up: dict[str, str] = {}  # key -> newest earlier job that looked it up
@@ -122,8 +137,12 @@ def explain_job(job_events: list[dict], earlier: list[tuple[str, list[dict]]],
                     miss.reasons.append(f"the key differs from job {before[0]}'s ({before[1]}), whose inputs this cache "
                                         "no longer holds: compare by hand with `pcompile explain KEY KEY`")
                 else:
-                    miss.reasons += [describe(d, layer) for d in diff_inputs(a, b)] or ["identical inputs (a key format change)"]
+                    miss.reasons += because(layer, diff_inputs(a, b), details_of(before[1]), details_of(key))
         misses.append(miss)
+    for m in misses:  # torch describes AOTAutograd keys only when debugging: point at the graphs it wraps
+        if m.layer == "autograd" and m.reasons == [SOURCE_WORDS["autograd"]] and any(
+                g.layer == "graph" and _stem(g.name) == _stem(m.name) and g.reasons != [SOURCE_WORDS["graph"]] for g in misses):
+            m.reasons.append("the FX graph misses of this graph below say what changed")
     return misses
 
 
