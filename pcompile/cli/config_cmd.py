@@ -14,8 +14,10 @@ from typing import Any
 
 from pcompile.cli.common import add_common, emit
 
+from pcompile import settings as _settings
+
 #: the flags of add_common that override a variable, by variable name
-_FLAGS = {"PCOMPILE_CACHE_DIR": "cache_dir", "PCOMPILE_SHARED_DIR": "shared_dir"}
+_FLAGS = {_settings.CACHE_DIR.name: "cache_dir", _settings.SHARED_DIR.name: "shared_dir"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _redact(name: str, text: str) -> str:
     """Never print a password of a remote URL."""
-    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", text) if name == "PCOMPILE_REMOTE" else text
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", text) if name == _settings.REMOTE.name else text
 
 
 def effective(args: argparse.Namespace, show_internal: bool = False) -> list[dict[str, Any]]:

@@ -76,7 +76,7 @@ def _ref(args: argparse.Namespace, ref: str) -> str:
 def explain_job(args: argparse.Namespace) -> int:
     from pcompile.cli.common import settings_from
     from pcompile.events._sink import events_dir
-    from pcompile.keys.job_misses import LAYER_WORDS, explain_job as misses_of, load_jobs
+    from pcompile.events.misses import LAYER_WORDS, explain_job as misses_of, load_jobs
 
     job, events, older = load_jobs(events_dir(settings_from(args).cache_dir), None if args.key_a == "last" else args.key_a)
     store = open_store(args, must_exist=False)
@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         from pcompile.cli.common import settings_from
         from pcompile.keys import key_details
-        from pcompile.keys.job_misses import because
+        from pcompile.events.misses import because
 
         cache_dir = settings_from(args).cache_dir
         text = "\n".join(because(a.layer, diffs, key_details.load(cache_dir, args.key_a), key_details.load(cache_dir, args.key_b)))

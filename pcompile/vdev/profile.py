@@ -165,9 +165,11 @@ def software_lines(prof: DeviceProfile) -> list[str]:
     sw = prof.software
     if not sw:
         return []
-    from pcompile.warm.runner import builtin
-
-    if builtin(prof):
+    try:
+        builtin = Path(prof.source).resolve().parent == BUILTIN_DIR
+    except (OSError, TypeError):
+        builtin = False
+    if builtin:
         head = ("  software of the host this built-in profile was captured on (reference only: a built-in profile "
                 "gives the board's properties; the GPU job must run the warm host's torch, triton, cuDNN and Python):")
     else:
@@ -178,5 +180,5 @@ def software_lines(prof: DeviceProfile) -> list[str]:
         value = sw[k]
         if k == "ptxas" and str(value).startswith("unknown"):
             value = f"{value}: not recorded (a probe of an older pcompile failed); `pcompile profile` records it"
-        out.append(f"  {'*' if k in KEYED and not builtin(prof) else ' '} {k}: {value}")
+        out.append(f"  {'*' if k in KEYED and not builtin else ' '} {k}: {value}")
     return out
