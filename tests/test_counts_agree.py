@@ -73,5 +73,6 @@ def test_warm_stats_report_and_check_count_the_same(tmp_path: Path) -> None:
     assert hits.all_hit(listed[0]["layers"]), listed[0]["layers"]
     # every layer of the all-jobs table sums the two jobs: the daemon's look-ups are in them, once
     for layer, row in stats["layers"].items():
-        jobs_sum = sum(j["layers"].get(layer, {}).get("lookups", 0) for j in listed)
-        assert row["lookups"] == jobs_sum, (layer, row, [j["layers"].get(layer) for j in listed])
+        for counter in ("lookups", "hits", "untimed", "predicted"):
+            jobs_sum = sum(j["layers"].get(layer, {}).get(counter, 0) for j in listed)
+            assert row[counter] == jobs_sum, (layer, counter, row, [j["layers"].get(layer) for j in listed])

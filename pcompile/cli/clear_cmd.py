@@ -12,7 +12,6 @@ import os
 import shutil
 import socket
 from pathlib import Path
-from typing import Any
 
 from pcompile.cli.common import add_common, emit, settings_from
 from pcompile.errors import PcompileError

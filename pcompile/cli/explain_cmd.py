@@ -104,13 +104,11 @@ def explain_job(args: argparse.Namespace) -> int:
     return 0
 
 
-def _is_job(args: argparse.Namespace, ref: str) -> bool:
-    """A lone reference that is no key or manifest: a job id (prefix), or `last`."""
-    return args.key_b is None
-
-
 def run(args: argparse.Namespace) -> int:
-    if _is_job(args, args.key_a):
+    if args.key_b is None:  # one reference: a job id (or unique prefix), or `last`
+        if args.key_a.split("-", 1)[0] in LAYERS or args.key_a.endswith(".json"):
+            raise PcompileError(f"{args.key_a} is a key: `pcompile explain A B` compares two keys, "
+                                "`pcompile explain JOB` explains a job's misses")
         return explain_job(args)
     args.key_a, args.key_b = _ref(args, args.key_a), _ref(args, args.key_b)
     store = open_store(args, must_exist=True)

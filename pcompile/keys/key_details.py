@@ -14,7 +14,6 @@ import os
 import re
 import threading
 from pathlib import Path
-from typing import Any
 
 _MAX_KEPT = 512
 _lock = threading.Lock()
