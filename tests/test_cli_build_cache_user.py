@@ -142,3 +142,29 @@ def test_report_lands_in_the_cache_dir_not_the_working_directory(compiled: Path,
     assert written and str(written[0]) in out.stdout
     out = _cli_in(work, "report", "--cache-dir", str(compiled), "--out", "mine.html")
     assert out.returncode == 0 and (work / "mine.html").is_file()  # asked for: there
+
+
+def test_clear_stops_an_idle_compile_daemon_first(tmp_path: Path) -> None:
+    import time
+
+    from pcompile.pool.paths import environment_identity
+
+    cache = tmp_path / "cache"
+    (cache / "store").mkdir(parents=True)
+    (cache / "store" / "marker").write_text("x")
+    daemon = subprocess.Popen([sys.executable, "-m", "pcompile.pool.daemon", "--cache-dir", str(cache), "--identity",
+                               environment_identity(), "--workers", "1", "--idle-exit", "120"],
+                              env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(cache.glob("pool/*/daemon.pid")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert list(cache.glob("pool/*/daemon.pid")), "the daemon did not start"
+        out = run_cli("clear", "--cache-dir", str(cache))
+        assert out.returncode == 0 and "stopped 1 idle compile daemon" in out.stdout, out
+        assert daemon.wait(timeout=30) == 0
+        assert not (cache / "store").exists()
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait()
