@@ -29,7 +29,7 @@ def test_one_lookup_per_layer_inner_and_untimed_are_not_misses() -> None:
     t = hits.from_events([_ev("autograd", "hit"), _ev("autograd", "hit"), _ev("kernel", "miss"),
                           _ev("kernel", "miss", inner=True), _ev("autotune", "hit"), _ev("autotune", "untimed"),
                           {"kind": "graph_compile", "outcome": "hit"}])
-    assert t["autograd"] == {"hits": 2, "misses": 0, "untimed": 0, "inner": 0, "lookups": 2, "rate": 1.0}
+    assert t["autograd"] == {"hits": 2, "misses": 0, "untimed": 0, "inner": 0, "predicted": 0, "lookups": 2, "rate": 1.0}
     assert t["kernel"]["lookups"] == 1 and t["kernel"]["inner"] == 1 and t["kernel"]["rate"] == 0.0
     assert t["autotune"]["lookups"] == 1 and t["autotune"]["untimed"] == 1 and t["autotune"]["rate"] == 1.0
     assert t["graph"]["rate"] is None and not hits.all_hit(t)

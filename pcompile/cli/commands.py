@@ -11,4 +11,6 @@ COMMAND_MODULES: list[str] = [
     "explain_cmd",
     "pin_cmd",
     "report_cmd",
+    "clear_cmd",
+    "config_cmd",
 ]

@@ -29,7 +29,10 @@ def _days(text: str) -> float:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("gc", help="evict least-recently-used entries down to a budget; pinned entries stay")
+    p = sub.add_parser("gc", help="evict least-recently-used entries down to a budget; pinned entries stay",
+                       description="Bring the local tier (and with --shared the shared one) within a size, entry "
+                                   "or age budget, least recently used first; pinned entries stay. Also sweeps "
+                                   "Inductor's working files and old `pcompile warm` run dirs.")
     add_common(p)
     p.add_argument("--max-bytes", type=parse_size, default=None, help=f"size budget, like 20G (default {settings.MAX_BYTES.name} or {settings.MAX_BYTES.show_default()})")
     p.add_argument("--max-entries", type=int, default=None, help=f"entry budget (default {settings.MAX_ENTRIES.name} or {settings.MAX_ENTRIES.show_default()})")

@@ -15,7 +15,10 @@ from pcompile.errors import PcompileError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("keygen", help="create a signing key pair (ed25519) or a shared HMAC key for signed cache entries")
+    p = sub.add_parser("keygen", help="create a signing key pair (ed25519) or a shared HMAC key for signed cache entries",
+                       description="Create the keys that sign cache entries: an ed25519 pair (a private key for "
+                                   "writers, a public key for every reader: a reader cannot forge entries) or one "
+                                   "shared HMAC secret for a single trust domain. Touches no cache dir.")
     p.add_argument("--type", choices=("ed25519", "hmac"), default="ed25519", help="key kind (default ed25519)")
     p.add_argument("--out", default=".", help="directory for the key files (default: current directory)")
     p.add_argument("--name", default="pcompile", help="file name stem (default pcompile)")

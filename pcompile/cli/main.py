@@ -15,8 +15,27 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def version_line() -> str:
+    """`pcompile 0.1.0 (torch 2.14.1, triton 3.8.0, python 3.11.9)`: read from the installed
+    distributions' metadata, so `--version` answers at once and works without torch."""
+    from importlib import metadata
+
+    from pcompile import __version__
+
+    def installed(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    python = ".".join(str(p) for p in sys.version_info[:3])
+    return f"pcompile {__version__} (torch {installed('torch')}, triton {installed('triton')}, python {python})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="pcompile", description="Compile each torch.compile graph and kernel once for the whole cluster.")
+    parser.add_argument("--version", action="version", version=version_line(),
+                        help="print pcompile's version (and the torch/triton it finds) and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMAND_MODULES:
         importlib.import_module(f"pcompile.cli.{name}").register(sub)

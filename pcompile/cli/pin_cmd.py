@@ -11,7 +11,9 @@ from pcompile.store.fs_tier import DirectoryTier
 
 def register(sub: argparse._SubParsersAction) -> None:
     for name, helptext in (("pin", "keep entries through GC"), ("unpin", "let GC evict entries again")):
-        p = sub.add_parser(name, help=helptext)
+        p = sub.add_parser(name, help=helptext, description=f"{helptext[0].upper()}{helptext[1:]}: "
+                           + ("a pinned entry survives `pcompile gc` whatever its age and the budget (a production "
+                              "model's warm set)." if name == "pin" else "the entry becomes an ordinary LRU entry again."))
         add_common(p)
         p.add_argument("keys", nargs="+", metavar="KEY")
         p.set_defaults(func=run, pin=(name == "pin"))

@@ -16,6 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--board", default=None, help="board name to record (default: derived from the GPU name)")
     p.add_argument("--device", type=int, default=0, help="GPU index to read (default 0)")
     p.add_argument("--show", metavar="FILE", default=None, help="print a profile file (or built-in name: h100, sm_90) readably")
+    p.add_argument("--json", action="store_true", help="with --show: print the profile as JSON (capture always writes JSON)")
     p.set_defaults(func=run)
 
 
@@ -23,7 +24,8 @@ def run(args: argparse.Namespace) -> int:
     from pcompile.vdev.profile import describe, resolve, validate
 
     if args.show:
-        sys.stdout.write(describe(resolve(args.show)) + "\n")
+        data = resolve(args.show)
+        sys.stdout.write((json.dumps(data.data, indent=1, sort_keys=True) if args.json else describe(data)) + "\n")
         return 0
     from pcompile.vdev.capture import capture
 

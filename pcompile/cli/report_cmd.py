@@ -17,7 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               description="Render one job's compile events: a timeline with the critical path, the "
                                           "slowest graphs and kernels, hit rates per layer and tier, and time saved.")
     p.add_argument("--job", default=None, help="job id (or a unique prefix); default: the newest job")
-    p.add_argument("--out", default=None, help="output file (default ./pcompile-report-JOB.html|.png|.trace.json)")
+    p.add_argument("--out", default=None, help="output file (default CACHE_DIR/reports/pcompile-report-JOB.html|.png|.trace.json)")
     p.add_argument("--format", choices=FORMATS, default=None, help="default: from --out's extension, else html")
     p.add_argument("--list", action="store_true", help="list the jobs that have event logs, newest first")
     add_common(p)
@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     events, bad = reader.load(log.path)
     a = analysis.analyze(events, job=log.job, path=log.path, bad_lines=bad)
     fmt = args.format or _format_from(args.out)
-    out = Path(args.out) if args.out else Path(f"pcompile-report-{log.job}{_EXT[fmt]}")
+    out = Path(args.out) if args.out else default_out(settings_from(args).cache_dir, log.job, fmt)
     out.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "html":
         from pcompile.events import render_html
@@ -54,6 +54,12 @@ def run(args: argparse.Namespace) -> int:
     lines = a.summary_lines() + [f"wrote {fmt} report to {out}"]
     emit(args, dict(a.summary(), out=str(out), format=fmt), "\n".join(lines))
     return 0
+
+
+def default_out(cache_dir: Path, job: str, fmt: str) -> Path:
+    """Where a report goes unasked: beside the job's event log in the cache dir, never the
+    working directory (a report is no file of the user's project; `git status` must not see it)."""
+    return Path(cache_dir) / "reports" / f"pcompile-report-{job}{_EXT[fmt]}"
 
 
 def _job_row(log: Any) -> dict[str, Any]:

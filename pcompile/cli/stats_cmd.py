@@ -14,8 +14,13 @@ _REMOTE_COUNTERS = ("fetches", "dropped_writes", "skipped", "timeouts", "untrust
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("stats", help="entries, bytes, hits and misses per layer and tier, time spent and saved")
+    p = sub.add_parser("stats", help="entries, bytes, hits and misses per layer and tier, time spent and saved",
+                       description="What the cache holds and what it did: the newest jobs' look-ups per layer, hits "
+                                   "and misses per layer and tier since the cache was made (or last zeroed), compile "
+                                   "seconds spent and saved, and every byte under the cache dir by what keeps it.")
     add_common(p)
+    p.add_argument("--zero", action="store_true",
+                   help="zero the counters (hits, misses, compile and saved seconds); entries and job event logs stay")
     p.set_defaults(func=run)
 
 
@@ -82,7 +87,36 @@ def _human(n: float) -> str:
     return str(n)
 
 
+def zero_counters(args: argparse.Namespace) -> int:
+    """`stats --zero`: the counters start again from nothing; entries and event logs stay."""
+    import time
+
+    from pcompile.cli.common import settings_from
+    from pcompile.store.stats import zero
+
+    directory = settings_from(args).cache_dir / "stats"
+    done = zero(directory)
+    text = f"statistics zeroed in {directory} ({time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(done['zeroed_at']))})"
+    if done["live_pids"]:
+        text += (f"; {len(done['live_pids'])} running process(es) (pid {', '.join(map(str, done['live_pids']))}) "
+                 "still hold counts and write them again at their next flush")
+    emit(args, dict(done, stats_dir=str(directory)), text)
+    return 0
+
+
+def _since(cache_dir: Any) -> str:
+    import time
+    from pathlib import Path
+
+    from pcompile.store.stats import zeroed_at
+
+    when = zeroed_at(Path(cache_dir) / "stats")
+    return f"since `pcompile stats --zero` at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(when))}" if when else "since the cache was made"
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.zero:
+        return zero_counters(args)
     data = gather(args)
     lines = [
         f"cache dir       {data['cache_dir']}  ({_human(data['disk_bytes'])} in all)",
@@ -98,10 +132,10 @@ def run(args: argparse.Namespace) -> int:
         lines.append("boards          graph entries per board (kernels are shared by boards whose kernel sources agree)")
         for name, n in data["boards"].items():
             lines.append(f"  {name}: {n.get('graph', 0)} FX graph, {n.get('autograd', 0)} AOTAutograd")
-    lines.append("layer           hits   misses  hit rate   (all jobs since the cache was made)")
+    lines.append(f"layer           hits   misses  hit rate   (all jobs {_since(data['cache_dir'])})")
     for layer, c in data["layers"].items():
         rate = f"{100 * c['rate']:5.1f}%" if c["rate"] is not None else "    -"
-        notes = [f"{c['untimed']} left for the GPU to time (a warm host cannot)"] if c["untimed"] else []
+        notes = [hits.untimed_words(c)] if c["untimed"] else []
         lines.append(f"  {layer:<13} {c['hits']:>5} {c['misses']:>8}  {rate}" + (f"   {'; '.join(notes)}" if notes else ""))
     lines.append("tier            entries   bytes       hits   misses  mean read")
     for name, t in data["tiers"].items():

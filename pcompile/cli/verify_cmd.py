@@ -10,7 +10,10 @@ REMOTE_SAMPLE = 200
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("verify", help="check every entry's hashes (and signatures); exit 1 on a bad one")
+    p = sub.add_parser("verify", help="check every entry's hashes (and signatures); exit 1 on a bad one",
+                       description="Re-hash every entry of every tier (a sample of a remote one) and check its "
+                                   "signature where signing is on; exit 1 if any is bad. --fix quarantines bad "
+                                   "entries, so the next job recompiles them.")
     add_common(p)
     p.add_argument("--fix", action="store_true", help="quarantine bad entries so they are recompiled")
     p.add_argument("--all", action="store_true", help=f"check every remote entry, not a sample of {REMOTE_SAMPLE}")

@@ -46,6 +46,10 @@ def triton_key() -> str:
 
 def ptxas_path(arch: int = 90) -> str:
     """The ptxas Triton runs for sm_`arch`."""
+    import inspect
+
     from triton.backends.nvidia import compiler as nvc
 
-    return str(nvc.get_ptxas(arch).path)
+    takes_arch = bool(inspect.signature(nvc.get_ptxas).parameters)  # triton <= 3.6: get_ptxas(), one ptxas for every arch
+    tool = nvc.get_ptxas(arch) if takes_arch else nvc.get_ptxas()
+    return str(tool.path)

@@ -55,6 +55,33 @@ def log_path() -> Path:
     return events_dir() / (_context.job_id() + ".jsonl")
 
 
+class on_behalf_of:
+    """Inside this block, this thread's events go to `job`'s log (None: this process's own).
+
+    A shared compile worker (node daemon, Ray actor) works for whichever job asked; what it
+    records while doing so (its cache look-ups, kernel compiles) belongs to that job, so that a
+    job the user never ran (the daemon's own) shows up nowhere: `pcompile stats`, `report` and
+    the warm summary count one job's look-ups from one log."""
+
+    def __init__(self, job: str | None) -> None:
+        self.job = job
+        self._previous: str | None = None
+
+    def __enter__(self) -> "on_behalf_of":
+        self._previous = getattr(_local, "job", None)
+        _local.job = self.job
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        _local.job = self._previous
+        return False
+
+
+def _job_of(fields: dict[str, Any]) -> str | None:
+    job = fields.pop("job", None)
+    return job if job is not None else getattr(_local, "job", None)
+
+
 def now() -> float:
     """Wall-clock seconds (time.time()), the clock `emit` expects for `start`."""
     return time.time()
@@ -145,7 +172,7 @@ class Span:
                 rec["parent"] = self.parent
             if self.outcome is not None:
                 rec["outcome"] = self.outcome
-            job = self.fields.pop("job", None)
+            job = _job_of(self.fields)
             rec.update(_clean(self.fields))
             _sink.write(rec, job)
         except Exception:
@@ -197,7 +224,7 @@ def emit(kind: str, start: float, dur: float, /, **fields: Any) -> None:
         st = _stack()
         if st and "parent" not in fields:
             rec["parent"] = st[-1]
-        job = fields.pop("job", None)
+        job = _job_of(fields)
         rec.update(_clean(fields))
         _sink.write(rec, job)
     except Exception:

@@ -318,7 +318,7 @@ def _top_any(evs: list[dict], kinds: tuple[str, ...], n: int) -> list[dict]:
 def _lookups(evs: list[dict]) -> list[dict]:
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for e in evs:
-        if e["kind"] == "cache_lookup" and not e.get("inner"):
+        if e["kind"] == "cache_lookup" and not e.get("inner") and e.get("outcome") != "predicted":  # a prediction is no look-up
             groups[(str(e.get("layer") or "?"), str(e.get("tier") or "?"))].append(e)
     rows = []
     for (layer, tier), es in sorted(groups.items()):

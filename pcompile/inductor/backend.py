@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import re
 from typing import Any, Iterator
 
@@ -56,7 +57,40 @@ def _graph_name(gm: Any) -> tuple[str, str]:
                 return f"{func} ({os.path.basename(path)}:{line})", cid
     except Exception:
         pass
+    caller = _user_call_site()
+    if caller:
+        return caller, cid
     return str(getattr(gm, "_get_name", lambda: type(gm).__name__)()), cid
+
+
+def _library_dirs() -> tuple[str, ...]:
+    """Directories whose frames are no user's code: torch, pcompile, the standard library."""
+    import sysconfig
+
+    import torch
+
+    import pcompile
+
+    dirs = [os.path.dirname(torch.__file__), os.path.dirname(pcompile.__file__)]
+    dirs += [sysconfig.get_paths().get(k, "") for k in ("stdlib", "platstdlib")]
+    return tuple(os.path.join(d, "") for d in dirs if d)
+
+
+def _user_call_site() -> str:
+    """`called from train (train.py:120)`: the innermost frame of the user's code on this thread's
+    stack, for graphs whose nodes carry no stack trace (torch records none for its own modules:
+    a bare `torch.nn.Sequential` compiled). '' when the stack holds none (a worker thread)."""
+    try:
+        libs = _library_dirs()
+        frame = sys._getframe(1)
+        while frame is not None:
+            path = frame.f_code.co_filename
+            if not path.startswith("<") and not path.startswith(libs):
+                return f"called from {frame.f_code.co_name} ({os.path.basename(path)}:{frame.f_lineno})"
+            frame = frame.f_back
+    except Exception:
+        pass
+    return ""
 
 
 @contextlib.contextmanager

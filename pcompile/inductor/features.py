@@ -315,6 +315,20 @@ def _uninstall_ddp_autograd_cache() -> None:
     ddp_autograd_cache.uninstall()
 
 
+def _install_key_details(ctx: Context) -> Any:
+    """Inductor's description of each graph key, saved at a miss for `pcompile explain` (keys/key_details.py)."""
+    from pcompile.compat import key_details
+    from pcompile.keys.key_details import record
+
+    key_details.install(record)
+
+
+def _uninstall_key_details() -> None:
+    from pcompile.compat import key_details
+
+    key_details.uninstall()
+
+
 TRITON_MANAGER = "pcompile.inductor.triton_cache:StoreCacheManager"  # triton_cache.MANAGER_PATH, unimported
 
 # ---- the registry, in install order ---------------------------------------------------------
@@ -331,6 +345,8 @@ FEATURES: tuple[Feature, ...] = (
             uninstall=_uninstall_device_index, when=LAYERS, needs=("graph",),
             warning=("device_index", "pcompile: entries stay per GPU index in this torch ({reason}); "
                      "ranks on other GPUs of a node compile their own")),
+    Feature("key_details", _install_key_details, checks=("key_details",), uninstall=_uninstall_key_details,
+            when=LAYERS, needs=("graph",)),
     Feature("pool", _install_pool, warning=("pool", "pcompile: the compile pool could not start ({reason}); "
                                             "compiling in-process")),
     Feature("backward_ahead", _install_backward_ahead, wanted=_backward_ahead_wanted, checks=("backward_graph",),

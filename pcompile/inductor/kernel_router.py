@@ -135,7 +135,8 @@ class KernelRouter:
         future = self.jobs.submit_job(
             triton_jobs.run_coordesc_ring,
             (job.kernel_name, job.source, self._job_env(job), job.extra_config, self.hook.triton_env(), steps),
-            {"store_env": self.settings.job_env()}, weight=-1.0, timeout=self.timeout, label=f"{job.kernel_name} (tuner candidates)",
+            {"store_env": self.settings.job_env(), "job": _job_id()},
+            weight=-1.0, timeout=self.timeout, label=f"{job.kernel_name} (tuner candidates)",
             fallback=lambda: [],
         )
         with self._counts_lock:
@@ -251,7 +252,7 @@ class KernelRouter:
         future = self.jobs.submit_job(
             triton_jobs.run_triton_job,
             (job.kernel_name, job.source, env, job.extra_config, json.loads(fp["x.triton_env"]) if fp else self.hook.triton_env()),
-            {"untimed": store_gateway.cannot_time(), "store_env": self.settings.job_env()},
+            {"untimed": store_gateway.cannot_time(), "store_env": self.settings.job_env(), "job": _job_id()},
             weight=float(len(job.source)),
             timeout=self.timeout,
             label=job.kernel_name,
@@ -297,3 +298,13 @@ def _emit_kernel_event(job: Any, start: float, outcome: str, pool: str, built: d
         emit("kernel_compile", start, time.time() - start, kernel=job.kernel_name, artifact="triton", pool=pool, outcome=outcome, **built)
     except Exception:
         pass
+
+
+def _job_id() -> str | None:
+    """This job's id, for a pool worker to record its events in this job's log (never raises)."""
+    try:
+        from pcompile.events import job_id
+
+        return job_id()
+    except Exception:
+        return None

@@ -106,8 +106,9 @@ def backend_class(layer: str) -> type:
             return  # torch's serde always gives bytes; anything else is not ours to store
         data = bytes(data)
         if layer == "autotune" and getattr(_tls, "predicting", False):
-            store_gateway.publish("autotune_predicted", key, {BLOB: data}, compiled=False,
-                           meta={"inductor_key": key, "source": "pcompile.warm.predicted", "predicted": True})
+            if store_gateway.publish("autotune_predicted", key, {BLOB: data}, compiled=False,
+                                     meta={"inductor_key": key, "source": "pcompile.warm.predicted", "predicted": True}):
+                store_gateway.account(store_gateway.store(), "autotune", "predicted")  # store/hits.py: beside `untimed`
             return
         store_gateway.publish(kind, key, {BLOB: data}, meta={"inductor_key": key, "source": f"inductor.{layer}"},
                        compile_seconds=_time_taken(data))

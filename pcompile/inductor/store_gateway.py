@@ -271,6 +271,10 @@ def lookup(kind: str, inductor_key: str, *, single_flight: bool = True, counted:
                 return entry
             if held_lease(key) is None:
                 _tell(kind, inductor_key, "miss")
+            if not inner and kind in ("graph", "autograd"):  # what the key was made of, for `pcompile explain`
+                from pcompile.keys import key_details
+
+                key_details.save(st.settings.cache_dir, str(key), inductor_key)
             st.stats.lookup(key.layer, "inner" if inner else "miss")
             ev.outcome = "miss"
             if not inner and key.layer != "autotune":

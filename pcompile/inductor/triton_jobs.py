@@ -25,14 +25,18 @@ def run_triton_job(
     *,
     untimed: bool = False,
     store_env: dict[str, str | None] | None = None,
+    job: str | None = None,
 ) -> pool_hook.TritonResult:
     """Worker side: compile one kernel; see pool_hook.run_triton_job for the arguments.
 
     The router counted this kernel's look-up, so the worker's own (Triton's cubin per config) are
     inner (store/hits.py); `untimed` carries the requester's "cannot time kernels" (a warm) into a
-    shared worker, whose own environment says nothing about the requester, and `store_env`
-    (Settings.job_env) the requester's cache, which the worker's look-ups and writes use."""
-    with applied_env(store_env), store_gateway.inside("kernel", untimed=untimed):
+    shared worker, whose own environment says nothing about the requester, `store_env`
+    (Settings.job_env) the requester's cache, which the worker's look-ups and writes use, and `job`:
+    the requester's job id, whose event log gets what this worker records for it (events.on_behalf_of)."""
+    from pcompile.events import on_behalf_of
+
+    with applied_env(store_env), on_behalf_of(job), store_gateway.inside("kernel", untimed=untimed):
         result = pool_hook.run_triton_job(kernel_name, source, extra_env, extra_config, triton_env_wanted)
     return dataclasses.replace(result, software=build_software(pool_hook.arch_of(source)))
 
@@ -53,6 +57,7 @@ def run_coordesc_ring(
     triton_env_wanted: dict[str, str] | None,
     steps: int,
     store_env: dict[str, str | None] | None = None,
+    job: str | None = None,
 ) -> list[tuple[str, str]]:
     """Worker side: compile the configs coordinate-descent tuning will try first on the GPU
     (compat/coordesc_ring.py), for a warm. Returns (Triton key, kernel name) per compiled config;
@@ -63,8 +68,10 @@ def run_coordesc_ring(
         kernel.configs = coordesc_ring.ring(kernel, steps)  # none: Inductor raises, answered below
         return kernel
 
+    from pcompile.events import on_behalf_of
+
     try:
-        with applied_env(store_env), store_gateway.inside("kernel", untimed=True):
+        with applied_env(store_env), on_behalf_of(job), store_gateway.inside("kernel", untimed=True):
             return pool_hook.run_configs_job(load_ring, extra_env, extra_config, triton_env_wanted)
     except Exception:
         return []

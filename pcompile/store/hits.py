@@ -9,6 +9,9 @@ one way in for every Inductor layer, the kernel router's included), as one of:
 - `untimed` (autotune only): no measured winner and no prediction, on a host that cannot time
   kernels (a warm): the GPU job benchmarks that kernel once. Nothing the cache could have held,
   so not a miss;
+- `predicted` (autotune only, not a look-up): a warm filed Inductor's no-benchmark choice for a
+  kernel it found `untimed`; the GPU job uses it (PCOMPILE_AUTOTUNE=predicted, the default). Counted
+  beside `untimed`, so every view says how many of those the GPU job still times;
 - `inner`: a look-up made while building another layer's entry (Triton's per-config cubins
   while an Inductor kernel compiles, a measured-winner probe before the prediction decides).
   Counted for the curious, never in a rate: the owning layer's lookup already says hit or miss.
@@ -23,9 +26,9 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 LAYERS: tuple[str, ...] = ("program", "graph", "autograd", "kernel", "autotune")
-OUTCOMES = ("hit", "miss", "untimed", "inner")
+OUTCOMES = ("hit", "miss", "untimed", "inner", "predicted")
 #: outcome -> counter name
-COUNTER = {"hit": "hits", "miss": "misses", "untimed": "untimed", "inner": "inner"}
+COUNTER = {"hit": "hits", "miss": "misses", "untimed": "untimed", "inner": "inner", "predicted": "predicted"}
 _NAMES = {"program": "program", "graph": "FX graph", "autograd": "AOTAutograd", "kernel": "kernel", "autotune": "autotune"}
 
 
@@ -91,10 +94,21 @@ def describe(layer: str, row: Mapping[str, Any]) -> str:
     if not row["lookups"] and not row["untimed"]:
         return ""
     name = _NAMES.get(layer, layer)
-    untimed = f"{row['untimed']} left for the GPU to time (this host cannot)" if row["untimed"] else ""
+    untimed = untimed_words(row)
     if not row["lookups"]:
         return f"{name}: {untimed}"
     return f"{name} {row['hits']}/{row['lookups']} hit" + (f", {untimed}" if untimed else "")
+
+
+def untimed_words(row: Mapping[str, Any]) -> str:
+    """`38 predicted, 9 left for the GPU to time (this host cannot)`: the autotune look-ups a warm
+    found no winner for, split by whether it predicted one; '' if none."""
+    untimed = int(row.get("untimed", 0))
+    if not untimed:
+        return ""
+    predicted = min(int(row.get("predicted", 0)), untimed)
+    left = f"{untimed - predicted} left for the GPU to time (this host cannot)"
+    return f"{predicted} predicted, {left}" if predicted else left
 
 
 def summary(t: Mapping[str, Mapping[str, Any]]) -> str:

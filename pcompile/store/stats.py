@@ -62,6 +62,7 @@ class Stats:
         self._lock = threading.Lock()
         self._dirty = False
         self._last_flush = 0.0
+        self._timer_pid: int | None = None
         self._path = self.dir / f"{socket.gethostname()}.{os.getpid()}.json"
         atexit.register(self.flush)
 
@@ -93,6 +94,18 @@ class Stats:
         self._dirty = True
         if time.monotonic() - self._last_flush >= _FLUSH_INTERVAL:
             self.flush()
+        elif self._timer_pid != os.getpid():  # none pending in this process (a fork inherits the flag, not the thread)
+            self._timer_pid = os.getpid()
+            timer = threading.Timer(_FLUSH_INTERVAL, self._timed_flush)
+            timer.daemon = True
+            timer.start()
+
+    def _timed_flush(self) -> None:
+        """The last counts of a burst reach the file within a second, also in a process that is
+        killed rather than exiting (a pool worker when its daemon stops): `pcompile stats` then
+        agrees with the job's event log."""
+        self._timer_pid = None
+        self.flush()
 
     def flush(self) -> None:
         if not self._dirty:
@@ -152,3 +165,35 @@ def collect(directory: Path) -> dict[str, Any]:
         pass
     return total
 
+
+
+ZEROED_FILE = "zeroed-at"
+
+
+def zero(directory: Path) -> dict[str, Any]:
+    """`pcompile stats --zero`: drop every counter file (totals and each process's) under the same
+    lock `collect` folds with, and note when, so `stats` can say "since <time>". A process still
+    running keeps its own counts in memory and writes them again at its next flush: returned as
+    `live_pids`, so the CLI can say so instead of pretending they were zeroed."""
+    directory = Path(directory)
+    removed, live = 0, []
+    if directory.is_dir():
+        with FileLock(str(directory / ".totals.lock"), timeout=10):
+            for path in directory.glob("*.json"):
+                host, _, pid = path.stem.rpartition(".")
+                if path.name != "totals.json" and pid.isdigit() and _alive(host, int(pid)) and int(pid) != os.getpid():
+                    live.append(int(pid))
+                path.unlink(missing_ok=True)
+                removed += 1
+    directory.mkdir(parents=True, exist_ok=True)
+    now = time.time()
+    fsio.atomic_write(directory / ZEROED_FILE, repr(now).encode(), directory, replace=True)
+    return {"files_removed": removed, "live_pids": sorted(live), "zeroed_at": now}
+
+
+def zeroed_at(directory: Path) -> float | None:
+    """When `pcompile stats --zero` last ran on this cache (None: never)."""
+    try:
+        return float((Path(directory) / ZEROED_FILE).read_text())
+    except (OSError, ValueError):
+        return None

@@ -17,7 +17,7 @@ from pcompile.store.fs_tier import DirectoryTier
 
 #: (name shown, sub-directory of the cache dir); the store itself is broken down further.
 PARTS = (("Inductor/Triton working files", "inductor"), ("warm runs' redirected files", "warm-runs"),
-         ("event logs", "events"))
+         ("event logs", "events"), ("reports (`pcompile report`)", "reports"))
 
 
 du = fsio.du

@@ -40,11 +40,14 @@ def ptxas_path(arch: int = 90) -> str:
 
 
 def _ptxas_version(arch: int = 90) -> str:
+    """As the keys spell it (keys/versions.py: `12.9.86`, `none` without one), so a profile and a
+    key fingerprint can be compared field by field."""
+    from pcompile.keys import versions
+
     try:
-        out = subprocess.run([ptxas_path(arch), "--version"], capture_output=True, text=True, timeout=30).stdout
-        return out.strip().splitlines()[-1] if out.strip() else "unknown"
+        return versions.ptxas_version(arch)
     except Exception as exc:  # the fingerprint is informative; never fail the capture for it
-        return f"unknown ({type(exc).__name__})"
+        return f"unknown ({type(exc).__name__}: {exc})"
 
 
 def _triton_backend_hash() -> str:

@@ -171,9 +171,35 @@ def describe(prof: DeviceProfile) -> str:
         f"  smem/block {f['sharedMemPerBlock']}  opt-in {f['sharedMemPerBlockOptin']}  smem/SM {f['sharedMemPerMultiprocessor']}",
         f"  cudaDeviceProp {len(prof.prop_bytes)} bytes, {len(prof.attributes)} device attributes",
     ]
-    sw = prof.software
-    if sw:
-        lines.append("  software (must match on the warm host and the GPU host):")
-        for k in sorted(sw):
-            lines.append(f"    {k}: {sw[k]}")
+    lines += software_lines(prof)
     return "\n".join(lines)
+
+
+#: software every cache key holds (keys/fingerprint.py): the GPU job must run what the warm host ran
+KEYED = ("torch", "triton", "cudnn", "python")
+
+
+def software_lines(prof: DeviceProfile) -> list[str]:
+    """The profile's software, saying what it is for: only the warm host's and the GPU job's
+    versions enter keys; a profile records its capture host's, which for a built-in profile is
+    some host of ours, not the user's GPU host."""
+    sw = prof.software
+    if not sw:
+        return []
+    try:
+        builtin = Path(prof.source).resolve().parent == BUILTIN_DIR
+    except (OSError, TypeError):
+        builtin = False
+    if builtin:
+        head = ("  software of the host this built-in profile was captured on (reference only: a built-in profile "
+                "gives the board's properties; the GPU job must run the warm host's torch, triton, cuDNN and Python):")
+    else:
+        head = ("  software of the GPU host it was captured on (* = in every cache key: the warm host must run the "
+                "same, or the GPU job misses everything the warm wrote; `pcompile warm` warns when they differ):")
+    out = [head]
+    for k in sorted(sw):
+        value = sw[k]
+        if k == "ptxas" and str(value).startswith("unknown"):
+            value = f"{value}: not recorded (a probe of an older pcompile failed); `pcompile profile` records it"
+        out.append(f"  {'*' if k in KEYED and not builtin else ' '} {k}: {value}")
+    return out

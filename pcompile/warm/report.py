@@ -132,6 +132,7 @@ def report_lines(result: Any, check: bool = False) -> list[str]:
 
     if software_line(r.get("software") or {}, result.profile.name):
         out.append(software_line(r.get("software") or {}, result.profile.name))
+    out.extend(_builtin_note(result))
     for line in result.version_warnings:
         out.append(f"warning: {line}")
     return out
@@ -166,6 +167,17 @@ def _compiled_steps(r: dict[str, Any]) -> list[str]:
     if replays:
         out.append(f"{replays} of the steps were CUDA graph replays")
     return out
+
+
+def _builtin_note(result: Any) -> list[str]:
+    """A built-in profile captured on other versions than this host's: said once, not as a warning."""
+    from pcompile.warm.runner import builtin_profile_note
+
+    try:
+        note = builtin_profile_note(result.profile, result.report.get("software") or {})
+    except Exception:
+        return []
+    return [note] if note else []
 
 
 def driver_gaps(stats: list[dict[str, Any]]) -> tuple[dict[str, int], dict[str, int]]:

@@ -210,6 +210,25 @@ def version_warnings(profile: DeviceProfile, local: dict[str, Any]) -> list[str]
             f"if the GPU host was upgraded) and warm again"]
 
 
+def builtin_profile_note(profile: DeviceProfile, local: dict[str, Any]) -> str:
+    """One line when a built-in profile's capture host ran other versions than this host: what
+    differs and that it does not matter (a built-in profile gives the board; keys hold this host's
+    versions). '' for a user's own profile (`version_warnings` speaks there) or when nothing differs."""
+    if not builtin(profile):
+        return ""
+    sw = dict(profile.software)
+    if sw.get("python"):
+        sw["python"] = ".".join(str(sw["python"]).split(".")[:2])
+    diffs = [k for k in KEYED_SOFTWARE if sw.get(k) is not None and local.get(k) is not None and str(sw[k]) != str(local[k])]
+    if not diffs:
+        return ""
+    there = ", ".join(f"{k} {sw[k]}" for k in diffs)
+    here = ", ".join(f"{k} {local[k]}" for k in diffs)
+    return (f"the built-in {profile.board or profile.name} profile was captured with {there}; this host runs {here}: "
+            f"only the profile's board properties are used, and the keys hold this host's versions, so the GPU job "
+            f"must run {here} to hit")
+
+
 def software_line(local: dict[str, Any], board: str = "") -> str:
     """What the GPU job must run to hit what this warm wrote (informational, not a warning):
     graph entries are per board, so the line names the board (another board's job misses them)."""
