@@ -91,6 +91,22 @@ def compile_options(caller: types.FrameType | None) -> dict[str, Any] | None:
     }
 
 
+def config_snapshot() -> dict[str, dict[str, Any]]:
+    """The Dynamo, Inductor and functorch configs as torch saves them portably (what a program's
+    bytecode and graphs were made under)."""
+    import torch._dynamo.config as dconfig
+    import torch._functorch.config as fconfig
+    import torch._inductor.config as iconfig
+
+    out: dict[str, dict[str, Any]] = {}
+    for name, module in (("dynamo", dconfig), ("inductor", iconfig), ("functorch", fconfig)):
+        try:
+            out[name] = dict(module.save_config_portable())
+        except Exception:
+            out[name] = {}
+    return out
+
+
 def entry_for(cache_entry: Any) -> Any:
     """A PrecompileCacheEntry of one recorded package with the backend artifacts recorded so far."""
     from torch._dynamo.package import PrecompileCacheEntry

@@ -45,13 +45,6 @@ _registered = False
 loaded: dict[str, int] = {}  # source_id -> frames installed from a program (this process)
 
 
-def _portable(module: Any) -> dict[str, Any]:
-    try:
-        return dict(module.save_config_portable())
-    except Exception:
-        return {}
-
-
 def _stable(value: Any) -> Any:
     """JSON for config values json cannot take; sets sorted (their repr's order changes per process)."""
     if isinstance(value, (set, frozenset)):
@@ -61,12 +54,11 @@ def _stable(value: Any) -> Any:
 
 def options_digest(options: dict[str, Any]) -> str:
     """One string for everything besides source that changes what a program holds."""
-    import torch._dynamo.config as dconfig
-    import torch._functorch.config as fconfig
-    import torch._inductor.config as iconfig
     import xxhash
 
-    configs = {"dynamo": _portable(dconfig), "inductor": _portable(iconfig), "functorch": _portable(fconfig)}
+    from pcompile.compat import dynamo_programs
+
+    configs = dynamo_programs.config_snapshot()
     text = json.dumps({"options": options, "configs": configs}, sort_keys=True, default=_stable)
     return xxhash.xxh3_128_hexdigest(text.encode())
 
