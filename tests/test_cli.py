@@ -41,7 +41,7 @@ def test_stats_json_contract(tmp_path: Path) -> None:
     data = json.loads(out.stdout)
     for field in ("entries", "bytes", "compiles", "compile_seconds", "saved_seconds", "layers", "tiers"):
         assert field in data
-    assert set(data["layers"]) == {"graph", "autograd", "kernel", "autotune"}
+    assert set(data["layers"]) == {"program", "graph", "autograd", "kernel", "autotune"}
     assert data["layers"]["kernel"] == {"hits": 1, "misses": 0, "untimed": 0, "inner": 0, "predicted": 0, "lookups": 1, "rate": 1.0}
     # every byte under the cache dir is accounted for, by what keeps it
     assert data["disk"]["store entries"] == data["bytes"] and data["disk_bytes"] >= data["bytes"]
@@ -141,8 +141,9 @@ def test_verify_is_not_a_use(tmp_path: Path) -> None:
 
 
 def test_entries_of_a_removed_layer_are_ignored_and_their_blobs_freed(tmp_path: Path) -> None:
-    """A cache written by a pcompile that had whole-program entries holds `program-…` manifests (a
-    layer since removed) and stats files counting that layer. stats, verify and gc treat them as
+    """A cache written by a pcompile that had a layer since removed holds that layer's manifests
+    (here a stand-in name, `retired`: the one real case, `program`, is a layer again) and stats files
+    counting that layer. stats, verify and gc treat them as
     any layer they do not know: not listed, not counted, not an error; gc frees the blobs only
     they named once the grace period is over; the old layer's zero counters show no row."""
     store, entries = _populate(tmp_path, n=2)
@@ -150,19 +151,19 @@ def test_entries_of_a_removed_layer_are_ignored_and_their_blobs_freed(tmp_path: 
     old_manifest = local.manifest_path(entries[1].key)  # a real manifest, moved under the old layer
     body = json.loads(old_manifest.read_bytes())
     blob = local.blob_path(body["blobs"]["code"]["sha256"])
-    program = local.manifests / "program" / entries[1].key.digest[:2] / f"program-{entries[1].key.digest}.json"
+    program = local.manifests / "retired" / entries[1].key.digest[:2] / f"retired-{entries[1].key.digest}.json"
     program.parent.mkdir(parents=True)
     os.replace(old_manifest, program)
     stats_dir = tmp_path / "c" / "stats"
     stats_dir.mkdir(parents=True, exist_ok=True)
-    (stats_dir / "totals.json").write_text(json.dumps({"layers": {"program": {"hits": 0, "misses": 0},
+    (stats_dir / "totals.json").write_text(json.dumps({"layers": {"retired": {"hits": 0, "misses": 0},
                                                                   "kernel": {"hits": 0, "misses": 2}}}))
     store.close()
 
     out = run_cli("stats", "--json", *_args(tmp_path))
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
-    assert data["entries"] == 1 and set(data["layers"]) == {"graph", "autograd", "kernel", "autotune"}, data
+    assert data["entries"] == 1 and set(data["layers"]) == {"program", "graph", "autograd", "kernel", "autotune"}, data
     assert run_cli("stats", *_args(tmp_path)).returncode == 0
     out = run_cli("verify", "--json", *_args(tmp_path))
     assert out.returncode == 0 and json.loads(out.stdout)["checked"] == 1, out.stdout + out.stderr

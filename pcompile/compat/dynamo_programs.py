@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import re
 import sys
 import types
@@ -167,9 +168,26 @@ def autocast_context(state: dict[str, str]) -> contextlib.ExitStack:
     return stack
 
 
+class _LoadFailures(logging.Filter):
+    """torch logs a program it could not install with a full traceback and goes on tracing; pcompile
+    says it in one line instead (why, and that Dynamo traces the function)."""
+
+    def __init__(self, tell: Callable[[str], None]) -> None:
+        super().__init__()
+        self.tell = tell
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage() != "Failed to load entry from dynamo cache":
+            return True
+        exc = record.exc_info[1] if record.exc_info else None
+        self.tell(f"{type(exc).__name__}: {exc}".splitlines()[0] if exc is not None else "unknown reason")
+        return False
+
+
 def enable(load: Callable[[Any, dict[str, Any] | None], Any], write: Callable[[Any, str], None],
            recorded: Callable[[Any], None],
-           install_context: Callable[[Any], contextlib.AbstractContextManager[Any]]) -> None:
+           install_context: Callable[[Any], contextlib.AbstractContextManager[Any]],
+           not_installed: Callable[[str], None] = lambda why: None) -> None:
     """Turn Dynamo's precompile cache on, with pcompile's `load(fn, options)`, `write(entry, source_id)`,
     `recorded(package)` (after each converted frame) and `install_context(package)` (entered while a
     loaded package installs its guards). Idempotent. Must run before `torch.compile` builds its context
@@ -187,8 +205,17 @@ def enable(load: Callable[[Any, dict[str, Any] | None], Any], write: Callable[[A
         original_record = type(cache).record_package
 
         def install(self: Any, backends: Any) -> None:
-            with install_context(self):
-                original_install(self, backends)
+            try:
+                with install_context(self):
+                    original_install(self, backends)
+            except RuntimeError:
+                raise  # torch's caller logs it and starts a fresh package: Dynamo traces
+            except Exception as exc:  # anything else (an unpicklable guard state, ...) would fail torch.compile
+                try:
+                    self.uninstall()
+                except Exception:
+                    pass
+                raise RuntimeError(f"pcompile: a stored program could not be installed ({type(exc).__name__}: {exc})") from exc
             names: list[str] = list(backends or ())
             for code, entry in getattr(self, "_codes", {}).items():
                 names.extend(getattr(entry, "function_names", ()) or ())
@@ -201,6 +228,8 @@ def enable(load: Callable[[Any, dict[str, Any] | None], Any], write: Callable[[A
             original_record(cache, pkg)
             recorded(pkg)
 
+        _saved["filter"] = _LoadFailures(not_installed)
+        logging.getLogger("torch._dynamo.eval_frame").addFilter(_saved["filter"])
         package.CompilePackage.install = install  # type: ignore[method-assign]
         cache.load = lambda fn: load(fn, compile_options(sys._getframe(1)))  # type: ignore[method-assign]
         cache.write = write  # type: ignore[method-assign]
@@ -223,6 +252,7 @@ def disable() -> None:
     cache = package.DynamoCache
     dconfig.caching_precompile = _saved["flag"]
     package.CompilePackage.install = _saved["install"]  # type: ignore[method-assign]
+    logging.getLogger("torch._dynamo.eval_frame").removeFilter(_saved["filter"])
     for name in ("load", "write", "record_package"):
         if _saved[name] is None:
             cache.__dict__.pop(name, None)

@@ -198,6 +198,15 @@ def _uninstall_remote() -> None:
     store_adapter.uninstall()
 
 
+def _programs_wanted() -> bool:
+    """Not inside a warm: a program traced on the virtual device holds guard state (its fake
+    tensors) that a GPU job cannot unpickle, so the job would only fall back (measured: every such
+    install failed). The warm's FX/AOTAutograd entries are what the GPU job loads."""
+    from pcompile.settings import WARMING
+
+    return bool(PROGRAMS.get()) and not bool(WARMING.get())
+
+
 def _install_programs(ctx: Context) -> bool:
     from pcompile.inductor import programs
 
@@ -352,7 +361,7 @@ FEATURES: tuple[Feature, ...] = (
     Feature("backward_ahead", _install_backward_ahead, wanted=_backward_ahead_wanted, checks=("backward_graph",),
             uninstall=_uninstall_backward_graph, when=COMPILE, needs=(ANY_LAYER,),
             warning=("backward_graph", "pcompile: backward graphs compile after their forward in this torch ({reason})")),
-    Feature("programs", _install_programs, wanted=lambda: bool(PROGRAMS.get()), checks=("dynamo_programs",),
+    Feature("programs", _install_programs, wanted=_programs_wanted, checks=("dynamo_programs",),
             uninstall=_uninstall_programs, when=COMPILE, needs=(ANY_LAYER,),
             warning=("programs", "pcompile: restarts trace every frame with Dynamo in this torch ({reason})")),
     Feature("ddp_autograd_cache", _install_ddp_autograd_cache, wanted=lambda: bool(DDP_AUTOGRAD_CACHE.get()),

@@ -97,6 +97,16 @@ def load(fn: Any, options: dict[str, Any] | None) -> Any:
     return program
 
 
+def not_installed(why: str) -> None:
+    """torch refused a loaded program (an edited source, a guard state it cannot rebuild): Dynamo
+    traces the function, and the program is saved anew. Counted (events) and said once."""
+    from pcompile.events import emit
+
+    emit("program_fallback", time.time(), 0.0, reason=why)
+    warn_once("program-fallback", f"pcompile: a stored program was not used ({why}); Dynamo traces the function "
+              "and the program is saved again")
+
+
 def install_context(pkg: Any) -> Any:
     """Entered while torch installs a loaded program: its guards are rebuilt in the autocast state it
     was traced in (compat/dynamo_programs.autocast_context says why)."""
@@ -179,7 +189,7 @@ def install() -> bool:
     global _registered
     from pcompile.compat import dynamo_programs
 
-    dynamo_programs.enable(load, write, recorded, install_context)
+    dynamo_programs.enable(load, write, recorded, install_context, not_installed)
     if not _registered:
         _registered = True
         atexit.register(flush)
