@@ -167,3 +167,37 @@ def test_programs_off_traces_every_frame(saved, tmp_path: Path) -> None:
     work, cache, _first = saved
     got = _run(work, _copy(cache, tmp_path / "c"), PCOMPILE_PROGRAMS="0")
     assert got["frames"] >= 1 and got["program_lookups"] == ["miss"]
+
+
+OPT_STEP = r'''
+import json
+import torch
+torch.manual_seed(0)
+m = torch.nn.Linear(8, 8)
+opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+
+@torch.compile
+def opt_step():
+    opt.step()
+
+for _ in range(2):
+    m(torch.randn(4, 8)).sum().backward()
+    opt_step()
+    opt.zero_grad()
+print("RESULT " + json.dumps({"weight_sum": float(m.weight.sum()), "frames": 0, "losses": []}))
+'''
+
+
+def test_a_frame_whose_guards_cannot_be_saved_still_compiles_and_restarts(tmp_path: Path) -> None:
+    """A compiled `opt.step()` has guards torch cannot serialise: torch bypasses the package entry,
+    then asserted `guards_state is not None` and failed the job (2.11 and 2.14.1). It must run, twice,
+    with stock's result; and torch's per-guard warnings must not fill the job's stderr."""
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "job.py").write_text(OPT_STEP)
+    cache = tmp_path / "c"
+    first = _run(work, cache, PCOMPILE="1")
+    again = _run(work, cache, PCOMPILE="1")
+    stock = _run(work, tmp_path / "stock", PCOMPILE_DISABLE="1")
+    assert first["weight_sum"] == again["weight_sum"] == stock["weight_sum"]
+    assert "is dropped with caching_precompile=True" not in first["stderr"]

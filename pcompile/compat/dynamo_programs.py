@@ -168,6 +168,54 @@ def autocast_context(state: dict[str, str]) -> contextlib.ExitStack:
     return stack
 
 
+class _Quiet(logging.Filter):
+    """Per-guard lines torch logs at WARNING for every frame traced with the precompile cache on
+    ("ID_MATCH guard on ... is dropped with caching_precompile=True", "Detected a package bypass"):
+    a job's stderr would fill with them. Dropped; a bypass is counted by the caller instead."""
+
+    def __init__(self, tell: Callable[[str], None]) -> None:
+        super().__init__()
+        self.tell = tell
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = str(record.msg)
+        if "is dropped with caching_precompile=True" in text:
+            return False
+        if text.startswith("Detected a package bypass"):
+            self.tell(record.getMessage().splitlines()[0][:300])
+            return False
+        return True
+
+
+def _guards_never_fail_a_compile() -> None:
+    """torch bug (2.11 and 2.14.1): when a frame's guards cannot be serialised, Dynamo marks the
+    package entry bypassed and then asserts `check_fn.guards_state is not None` anyway, failing the
+    compile (a compiled `opt.step()` crashed every job). A bypassed entry is skipped by
+    `add_guarded_code`, so an empty state is what the assertion should have accepted; and any error
+    while serialising guards becomes torch's own PackageError, which it turns into a bypass."""
+    from torch._dynamo import exc, guards
+
+    cls = guards.CheckFunctionManager
+    init, serialize = cls.__init__, cls.serialize_guards
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        if getattr(self, "guards_state", b"") is None:
+            self.guards_state = b""
+
+    def serialize_guards(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return serialize(self, *args, **kwargs)
+        except exc.PackageError:
+            raise
+        except Exception as error:
+            raise exc.PackageError(f"{type(error).__name__}: {error}") from error
+
+    _saved["guards"] = (init, serialize)
+    cls.__init__ = __init__  # type: ignore[method-assign]
+    cls.serialize_guards = serialize_guards  # type: ignore[method-assign]
+
+
 class _LoadFailures(logging.Filter):
     """torch logs a program it could not install with a full traceback and goes on tracing; pcompile
     says it in one line instead (why, and that Dynamo traces the function)."""
@@ -187,7 +235,8 @@ class _LoadFailures(logging.Filter):
 def enable(load: Callable[[Any, dict[str, Any] | None], Any], write: Callable[[Any, str], None],
            recorded: Callable[[Any], None],
            install_context: Callable[[Any], contextlib.AbstractContextManager[Any]],
-           not_installed: Callable[[str], None] = lambda why: None) -> None:
+           not_installed: Callable[[str], None] = lambda why: None,
+           bypassed: Callable[[str], None] = lambda why: None) -> None:
     """Turn Dynamo's precompile cache on, with pcompile's `load(fn, options)`, `write(entry, source_id)`,
     `recorded(package)` (after each converted frame) and `install_context(package)` (entered while a
     loaded package installs its guards). Idempotent. Must run before `torch.compile` builds its context
@@ -230,6 +279,10 @@ def enable(load: Callable[[Any, dict[str, Any] | None], Any], write: Callable[[A
 
         _saved["filter"] = _LoadFailures(not_installed)
         logging.getLogger("torch._dynamo.eval_frame").addFilter(_saved["filter"])
+        _saved["quiet"] = _Quiet(bypassed)
+        for name in ("torch._dynamo.guards", "torch._dynamo.output_graph"):
+            logging.getLogger(name).addFilter(_saved["quiet"])
+        _guards_never_fail_a_compile()
         package.CompilePackage.install = install  # type: ignore[method-assign]
         cache.load = lambda fn: load(fn, compile_options(sys._getframe(1)))  # type: ignore[method-assign]
         cache.write = write  # type: ignore[method-assign]
@@ -253,6 +306,11 @@ def disable() -> None:
     dconfig.caching_precompile = _saved["flag"]
     package.CompilePackage.install = _saved["install"]  # type: ignore[method-assign]
     logging.getLogger("torch._dynamo.eval_frame").removeFilter(_saved["filter"])
+    for name in ("torch._dynamo.guards", "torch._dynamo.output_graph"):
+        logging.getLogger(name).removeFilter(_saved["quiet"])
+    from torch._dynamo import guards
+
+    guards.CheckFunctionManager.__init__, guards.CheckFunctionManager.serialize_guards = _saved["guards"]
     for name in ("load", "write", "record_package"):
         if _saved[name] is None:
             cache.__dict__.pop(name, None)

@@ -107,6 +107,14 @@ def not_installed(why: str) -> None:
               "and the program is saved again")
 
 
+def bypassed(why: str) -> None:
+    """A frame whose guards torch cannot serialise: it compiles as usual and gets no program (a
+    restart traces that frame). Counted (events); not said: it is expected for some frames."""
+    from pcompile.events import emit
+
+    emit("program_bypass", time.time(), 0.0, reason=why)
+
+
 def install_context(pkg: Any) -> Any:
     """Entered while torch installs a loaded program: its guards are rebuilt in the autocast state it
     was traced in (compat/dynamo_programs.autocast_context says why)."""
@@ -189,7 +197,7 @@ def install() -> bool:
     global _registered
     from pcompile.compat import dynamo_programs
 
-    dynamo_programs.enable(load, write, recorded, install_context, not_installed)
+    dynamo_programs.enable(load, write, recorded, install_context, not_installed, bypassed)
     if not _registered:
         _registered = True
         atexit.register(flush)
