@@ -103,16 +103,23 @@ def main() -> int:
     ap.add_argument("--cases-file", default=str(cb.CORPUS / "cases.json"))
     a = ap.parse_args()
     a.variants = [_variant(v) for v in a.variant]
+    header = ("| case | run | n | first step s (median) | / stock | each | CPU-s (main) | torch phases s (medians; "
+              "nested, not a sum) | FX AOT hits |")
+    return run_cases(a, header, run_case, rows, "cold.json")
+
+
+def run_cases(a: argparse.Namespace, header: str, run_case: Any, rows: Any, json_name: str) -> int:
+    """Each case of `a.cases` in turn: its rows printed as soon as it ends, every result in OUT/json_name."""
     cases_file = Path(a.cases_file).resolve()
     wanted = [c for c in a.cases.split(",") if c]
     cases = [c for c in json.loads(cases_file.read_text()) if c["name"] in wanted]
-    print("| case | run | n | first step s (median) | / stock | each | CPU-s (main) | torch phases s (medians; nested, not a sum) | FX AOT hits |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(header)
+    print("|---" * header.count(" | ") + "|---|")
     results = []
     for case in cases:
         res = run_case(case, Path(a.out) / case["name"], a, cases_file.parent)
         results.append(res)
-        Path(a.out, "cold.json").write_text(json.dumps(results, indent=1))
+        Path(a.out, json_name).write_text(json.dumps(results, indent=1))
         for line in rows(res) or [f"| {case['name']} | error: {res.get('error')} |"]:
             print(line, flush=True)
     return 0

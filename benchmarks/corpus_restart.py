@@ -20,7 +20,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import corpus_bench as cb  # noqa: E402
-from corpus_cold import PHASES  # noqa: E402
+from corpus_cold import PHASES, run_cases  # noqa: E402
 
 SIDES = (("stock", {"PCOMPILE_DISABLE": "1"}), ("pcompile", {"PCOMPILE": "1"}))
 
@@ -89,19 +89,9 @@ def main() -> int:
     ap.add_argument("--out", default="/tmp/corpus-restart")
     ap.add_argument("--cases-file", default=str(cb.CORPUS / "cases.json"))
     a = ap.parse_args()
-    cases_file = Path(a.cases_file).resolve()
-    wanted = [c for c in a.cases.split(",") if c]
-    cases = [c for c in json.loads(cases_file.read_text()) if c["name"] in wanted]
-    print("| case | run | n | first step from process start, s (median) | / stock hot | each | frames converted | FX AOT hits | losses = stock cold's |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    results = []
-    for case in cases:
-        res = run_case(case, Path(a.out) / case["name"], a, cases_file.parent)
-        results.append(res)
-        Path(a.out, "restart.json").write_text(json.dumps(results, indent=1))
-        for line in rows(res) or [f"| {case['name']} | error: {res.get('error')} |"]:
-            print(line, flush=True)
-    return 0
+    header = ("| case | run | n | first step from process start, s (median) | / stock hot | each | frames converted | "
+              "FX AOT hits | losses = stock cold's |")
+    return run_cases(a, header, run_case, rows, "restart.json")
 
 
 if __name__ == "__main__":

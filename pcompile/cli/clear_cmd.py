@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pcompile.cli.common import add_common, emit, settings_from
 from pcompile.errors import PcompileError
+from pcompile.store.stats import pid_alive
 
 #: what `clear` removes, under the cache dir (the local tier and what is built from it)
 CLEARED = ("store", "inductor")
@@ -28,16 +29,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "compile daemon is using this cache; an idle daemon is stopped first.")
     add_common(p)
     p.set_defaults(func=run)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
 
 
 def _ppid(pid: int) -> int | None:
@@ -57,7 +48,7 @@ def running_jobs(cache_dir: Path, daemon_pids: set[int]) -> list[int]:
         if name != host or not pid.isdigit():
             continue
         p = int(pid)
-        if p != os.getpid() and p not in daemon_pids and _ppid(p) not in daemon_pids and _alive(p):
+        if p != os.getpid() and p not in daemon_pids and _ppid(p) not in daemon_pids and pid_alive(p):
             found.append(p)
     return sorted(found)
 
@@ -79,7 +70,7 @@ def settle_daemons(cache_dir: Path) -> list[int]:
             pid, sock_path, identity = int(info["pid"]), Path(info["socket"]), str(info["identity"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if not _alive(pid):
+        if not pid_alive(pid):
             continue
         pids.append(pid)
         paths = PoolPaths(pidfile.parent, sock_path, pidfile.parent / "start.lock", pidfile, pidfile.parent / "daemon.log", identity)

@@ -124,6 +124,11 @@ class Stats:
 def _alive(host: str, pid: int) -> bool:
     if host != socket.gethostname():
         return True  # cannot tell; keep it separate
+    return pid_alive(pid)
+
+
+def pid_alive(pid: int) -> bool:
+    """A process of this host with that pid exists (one we may not signal counts as alive)."""
     try:
         os.kill(pid, 0)
         return True
