@@ -167,3 +167,61 @@ def test_programs_off_traces_every_frame(saved, tmp_path: Path) -> None:
     work, cache, _first = saved
     got = _run(work, _copy(cache, tmp_path / "c"), PCOMPILE_PROGRAMS="0")
     assert got["frames"] >= 1 and got["program_lookups"] == ["miss"]
+
+
+PROPERTY_SCRIPT = r'''
+import json
+import torch
+import torch.nn.functional as F
+
+def _loss(logits, y):
+    return F.cross_entropy(logits, y)
+
+torch.manual_seed(0)
+class Net(torch.nn.Module):
+    """transformers' pattern: `self.loss_function` is a property whose getter Dynamo cannot inline
+    in one piece, so its frame is converted on its own, and torch cannot name a property's getter."""
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 4)
+    @property
+    def loss_function(self):
+        torch._dynamo.graph_break()
+        return _loss
+    def forward(self, x, y):
+        return self.loss_function(self.fc(x), y)
+
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+compiled = torch.compile(model, backend="pcompile")
+x = torch.randn(8, 16)
+y = torch.randint(0, 4, (8,))
+losses = []
+for _ in range(2):
+    loss = compiled(x, y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    losses.append(loss.item())
+from torch._dynamo.utils import counters
+print("RESULT " + json.dumps({"losses": losses, "frames": int(counters["frames"]["total"])}))
+'''
+
+
+def test_a_frame_torch_cannot_name_never_fails_the_job_and_the_rest_is_still_a_program(tmp_path: Path) -> None:
+    """torch raised PackageError ("Cannot resolve a fully qualified name for <code object
+    loss_function ...>. Lookup scope: <property object>") out of the compile: transformers' GPT-2
+    crashed under pcompile. Now that frame is compiled and left out of the program (one warning),
+    and a restart traces only it, also after a restart re-saved the program (the loaded frames keep
+    their compiled graphs instead of being saved as bypassed)."""
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "job.py").write_text(PROPERTY_SCRIPT)
+    cache = tmp_path / "c"
+    first = _run(work, cache)
+    assert "left out of its program" in first["stderr"] and "PackageError" in first["stderr"]
+    second = _run(work, cache)
+    third = _run(work, cache)
+    assert first["losses"] == second["losses"] == third["losses"]
+    assert 1 <= second["frames"] < first["frames"], (first["frames"], second["frames"])
+    assert third["frames"] == second["frames"], third["stderr"][-3000:]

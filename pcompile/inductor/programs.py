@@ -40,6 +40,7 @@ _ambiguous: set[str] = set()  # compiled twice with different options: never sav
 _dirty: dict[str, Any] = {}  # source_id -> package recorded since its last save
 _context: dict[str, dict[str, str]] = {}  # source_id -> autocast state its first frame was traced in
 _loaded_context: dict[str, dict[str, str]] = {}  # source_id -> the loaded program's autocast state
+_loaded_blob: dict[str, bytes] = {}  # source_id -> the loaded program as stored (its backends, unused)
 _last_flush = 0.0
 _registered = False
 loaded: dict[str, int] = {}  # source_id -> frames installed from a program (this process)
@@ -101,6 +102,7 @@ def load(fn: Any, options: dict[str, Any] | None) -> Any:
                   "Dynamo traces the function instead")
         return None
     loaded[sid] = dynamo_programs.frame_count(program)
+    _loaded_blob[sid] = entry.blobs[store_gateway_blob()]
     _loaded_context[sid] = {str(k): str(v) for k, v in dict(context).items()}
     return program
 
@@ -111,6 +113,24 @@ def install_context(pkg: Any) -> Any:
     from pcompile.compat import dynamo_programs
 
     return dynamo_programs.autocast_context(_loaded_context.get(getattr(pkg, "source_id", ""), {}))
+
+
+def failed(pkg: Any, reason: str) -> None:
+    """Torch's precompile machinery raised for `pkg` (compat/dynamo_programs guards every call): the
+    function is compiled as without programs and gets no program (or its stored one is not used)."""
+    from pcompile.compat import dynamo_programs
+
+    sid = getattr(pkg, "source_id", None) if getattr(pkg, "_innermost_fn", None) is not None else None
+    fn = getattr(getattr(pkg, "_innermost_fn", None), "__qualname__", "?")
+    whole = dynamo_programs.spoiled(pkg) is not None or not reason.startswith("code_context")
+    with _lock:
+        if sid is not None and whole:
+            _dirty.pop(sid, None)
+            loaded.pop(sid, None)
+            _loaded_blob.pop(sid, None)
+    what = f"no program for {fn}" if whole else f"a frame of {fn} is left out of its program"
+    warn_once(f"program-failed:{fn}:{whole}", f"pcompile: {what} ({reason[:300]}); "
+              "it is compiled as usual and a restart traces it with Dynamo")
 
 
 def store_gateway_blob() -> str:
@@ -126,9 +146,13 @@ def _save(sid: str, pkg: Any) -> None:
         if sid in _ambiguous or sid not in _digests:
             return
         name = _name(sid)
+    if dynamo_programs.spoiled(pkg) is not None:
+        return
     t0 = time.perf_counter()
     try:
-        program = dynamo_programs.entry_for(dynamo_programs.backend_entry(pkg))
+        blob = _loaded_blob.get(sid)  # installing a program changes its backends: a fresh copy
+        loaded_backends = dynamo_programs.backends_of(pickle.loads(blob)) if blob is not None else None
+        program = dynamo_programs.entry_for(dynamo_programs.backend_entry(pkg), loaded_backends)
         data = pickle.dumps(program)
     except Exception as exc:
         warn_once("program-save", f"pcompile: a compiled function's program could not be saved "
@@ -187,7 +211,7 @@ def install() -> bool:
     global _registered
     from pcompile.compat import dynamo_programs
 
-    dynamo_programs.enable(load, write, recorded, install_context)
+    dynamo_programs.enable(load, write, recorded, install_context, failed)
     if not _registered:
         _registered = True
         atexit.register(flush)
@@ -210,4 +234,5 @@ def uninstall() -> None:
         _dirty.clear()
         _context.clear()
         _loaded_context.clear()
+        _loaded_blob.clear()
     loaded.clear()
