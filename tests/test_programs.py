@@ -225,3 +225,29 @@ def test_a_frame_torch_cannot_name_never_fails_the_job_and_the_rest_is_still_a_p
     assert first["losses"] == second["losses"] == third["losses"]
     assert 1 <= second["frames"] < first["frames"], (first["frames"], second["frames"])
     assert third["frames"] == second["frames"], third["stderr"][-3000:]
+
+
+@pytest.mark.parametrize(("programs", "chosen", "expected"), [("1", None, False), ("0", None, True), ("1", "1", True)])
+def test_backward_ahead_gives_way_to_programs_unless_asked_for(monkeypatch: pytest.MonkeyPatch, programs: str,
+                                                               chosen: str | None, expected: bool) -> None:
+    """On a GPU host backward ahead is on by default; its backwards cannot be bundled into a program's
+    AOTAutograd entry (the pickle refuses made launchers), so every program lacked its training graph
+    and a restart traced the frames again (nanoGPT, H200, torch 2.11). Here the host's default is on."""
+    from pcompile.inductor import backward_ahead, features
+
+    monkeypatch.setattr(backward_ahead, "_default_on", lambda: True)
+    monkeypatch.setenv("PCOMPILE_PROGRAMS", programs)
+    if chosen is None:
+        monkeypatch.delenv("PCOMPILE_BACKWARD_AHEAD", raising=False)
+    else:
+        monkeypatch.setenv("PCOMPILE_BACKWARD_AHEAD", chosen)
+    assert features._backward_ahead_wanted() is expected
+
+
+def test_a_program_lacking_a_compiled_graph_is_named(saved, tmp_path: Path) -> None:
+    """When AOTAutograd saves no bundled entry for a graph (here: its cache is off), torch saves the
+    program's frames bypassed; pcompile says which function and graphs, once, and the job goes on."""
+    work, _cache, first = saved
+    got = _run(work, tmp_path / "c", TORCHINDUCTOR_AUTOGRAD_CACHE="0")
+    assert "lacks" in got["stderr"] and "compiled graph" in got["stderr"], got["stderr"][-3000:]
+    assert got["losses"] == first["losses"]

@@ -130,6 +130,16 @@ def entry_for(cache_entry: Any, loaded_backends: dict[str, Any] | None = None) -
     return PrecompileCacheEntry.from_cache_entry(cache_entry, backends)
 
 
+def missing_backends(program: Any) -> list[str]:
+    """The compiled graphs (backend ids) the program's frames name that torch had no bundled entry
+    for: from_cache_entry marked those frames bypassed, so a restart traces them again. Why they
+    are missing is AOTAutograd's: it did not save the graph's entry (it logs "AOTAutograd cache
+    unable to serialize compiled graph", e.g. a Triton kernel whose launchers were made before the
+    pickle) or bypassed its cache."""
+    have = set(getattr(program, "backends", None) or ())
+    return sorted({str(b) for code in getattr(program.dynamo, "codes", ()) for b in code.backend_ids} - have)
+
+
 def backends_of(program: Any) -> dict[str, Any]:
     """The backend artifacts a loaded program carries."""
     return dict(getattr(program, "backends", None) or {})

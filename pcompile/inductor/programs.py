@@ -154,10 +154,16 @@ def _save(sid: str, pkg: Any) -> None:
         loaded_backends = dynamo_programs.backends_of(pickle.loads(blob)) if blob is not None else None
         program = dynamo_programs.entry_for(dynamo_programs.backend_entry(pkg), loaded_backends)
         data = pickle.dumps(program)
+        missing = dynamo_programs.missing_backends(program)
     except Exception as exc:
         warn_once("program-save", f"pcompile: a compiled function's program could not be saved "
                   f"({type(exc).__name__}: {exc}); a restart traces it with Dynamo")
         return
+    if missing:
+        fn = getattr(getattr(pkg, "_innermost_fn", None), "__qualname__", "?")
+        warn_once(f"program-missing:{fn}", f"pcompile: the program of {fn} lacks {len(missing)} compiled "
+                  f"graph(s) ({', '.join(missing[:4])}): AOTAutograd saved no bundled entry for them (see its "
+                  "log line above); a restart traces the frames that use them with Dynamo")
     context = json.dumps(_context.get(sid, {}), sort_keys=True).encode()
     store_gateway.publish(KIND, name, {store_gateway_blob(): data, CONTEXT_BLOB: context},
                           meta={"frames": dynamo_programs.frame_count(program), "source": sid},
