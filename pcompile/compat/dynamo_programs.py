@@ -68,9 +68,12 @@ def check() -> None:
     cache = require_attr(package, "DynamoCache", "torch._dynamo.package")
     for name in ("load", "write", "record_package", "path_prefix"):
         require_attr(cache, name, "torch._dynamo.package.DynamoCache")
-    for name in ("__init__", "initialize", "install", "uninstall", "code_context", *_RECORDING):
-        if name not in package.CompilePackage.__dict__:
-            raise CompatError(f"torch._dynamo.package.CompilePackage.{name} is gone: programs cannot guard it")
+    require_attr(package.CompilePackage, "initialize", "torch._dynamo.package.CompilePackage")
+    require_attr(package.CompilePackage, "install", "torch._dynamo.package.CompilePackage")
+    require_attr(package.CompilePackage, "uninstall", "torch._dynamo.package.CompilePackage")
+    require_attr(package.CompilePackage, "code_context", "torch._dynamo.package.CompilePackage")
+    for name in _RECORDING:
+        require_attr(package.CompilePackage, name, "torch._dynamo.package.CompilePackage")
     require_attr(package.CompilePackage, "source_id_from_fn", "torch._dynamo.package.CompilePackage")
     require_attr(package.PrecompileCacheEntry, "from_cache_entry", "torch._dynamo.package.PrecompileCacheEntry")
     require_attr(precompile_context.PrecompileContext, "_backend_artifacts_by_key",
