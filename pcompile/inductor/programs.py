@@ -14,6 +14,10 @@ a miss; a changed source (the function or anything it inlined) is refused by tor
 installs the program, and a failing guard re-traces that frame: both fall back to Dynamo, are
 counted and named (`program_fallback` events, `pcompile stats`), and never run stale code.
 
+Never a failed job: whatever torch's precompile machinery raises (a frame it cannot name, a guard
+or graph it cannot serialise, a stored program it cannot install) leaves the function compiled as
+without programs, with one warning naming it (`failed`; compat/dynamo_programs guards the calls).
+
 When: a package is saved after the frame Dynamo converted (at most every `_MIN_GAP_S`, so a model
 with many graph breaks is not re-pickled per frame), after each optimizer step that follows new
 frames, and at exit: a job killed mid-run still leaves what it compiled.
