@@ -24,6 +24,12 @@ import torch
 import torch.nn.functional as F
 from helper import act
 
+if os.environ.get("CASE_BREAK_INSTALL") == "1":  # torch fails mid-install, after it put globals in place
+    import torch._dynamo.package as _package
+    def _broken(*args, **kwargs):
+        raise AttributeError("'_Missing' object has no attribute '__name__'")
+    _package.load_guard_manager = _broken
+
 torch.manual_seed(0)
 class Net(torch.nn.Module):
     def __init__(self):
@@ -250,4 +256,15 @@ def test_a_program_lacking_a_compiled_graph_is_named(saved, tmp_path: Path) -> N
     work, _cache, first = saved
     got = _run(work, tmp_path / "c", TORCHINDUCTOR_AUTOGRAD_CACHE="0")
     assert "lacks" in got["stderr"] and "compiled graph" in got["stderr"], got["stderr"][-3000:]
+    assert got["losses"] == first["losses"]
+
+
+def test_a_program_torch_fails_to_install_traces_again_and_never_fails_the_job(saved, tmp_path: Path) -> None:
+    """GPT-2's restart (torch 2.14.1): torch raised AttributeError inside CompilePackage.install after
+    it had put the program's builtins dict into the module; torch catches only RuntimeError there,
+    and Dynamo's fresh trace then reused that name (`Name '__builtins_dict___N' already exists`)."""
+    work, cache, first = saved
+    got = _run(work, _copy(cache, tmp_path / "c"), CASE_BREAK_INSTALL="1")
+    assert "no program for" in got["stderr"] and "install: AttributeError" in got["stderr"]
+    assert got["frames"] >= 1
     assert got["losses"] == first["losses"]

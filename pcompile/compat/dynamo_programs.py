@@ -315,20 +315,23 @@ def enable(load: Callable[[Any, dict[str, Any] | None], Any], write: Callable[[A
         def install(self: Any, backends: Any) -> None:
             if getattr(self, _FELL_BACK, False):
                 return  # its program was refused: a fresh package has nothing to install
+            entries = list(getattr(self, "_codes", {}).values())
             try:
                 with install_context(self):
                     original_install(self, backends)
             except Exception as exc:
                 _fresh(self, original_init, original_initialize)
                 on_error(self, f"install: {type(exc).__name__}: {exc}")
-                return
-            names: list[str] = list(backends or ())
-            for code, entry in getattr(self, "_codes", {}).items():
-                names.extend(getattr(entry, "function_names", ()) or ())
-                module = sys.modules.get(getattr(entry, "python_module", "") or "")
-                if module is not None:
-                    names.extend(n for n in vars(module) if n.startswith("__"))
-            _bump_counter(names)
+            finally:
+                # also after a failed install: it may have put names (a builtins dict) into modules
+                # that its uninstall does not take back, and Dynamo's next trace would reuse them
+                names: list[str] = list(backends or ())
+                for entry in entries:
+                    names.extend(getattr(entry, "function_names", ()) or ())
+                    module = sys.modules.get(getattr(entry, "python_module", "") or "")
+                    if module is not None:
+                        names.extend(n for n in vars(module) if n.startswith("__"))
+                _bump_counter(names)
 
         def record_package(pkg: Any) -> None:
             if spoiled(pkg) is not None:
