@@ -24,6 +24,12 @@ import torch
 import torch.nn.functional as F
 from helper import act
 
+if os.environ.get("CASE_BREAK_INSTALL") == "1":  # torch fails mid-install, after it put globals in place
+    import torch._dynamo.package as _package
+    def _broken(*args, **kwargs):
+        raise AttributeError("'_Missing' object has no attribute '__name__'")
+    _package.load_guard_manager = _broken
+
 torch.manual_seed(0)
 class Net(torch.nn.Module):
     def __init__(self):
@@ -201,3 +207,96 @@ def test_a_frame_whose_guards_cannot_be_saved_still_compiles_and_restarts(tmp_pa
     stock = _run(work, tmp_path / "stock", PCOMPILE_DISABLE="1")
     assert first["weight_sum"] == again["weight_sum"] == stock["weight_sum"]
     assert "is dropped with caching_precompile=True" not in first["stderr"]
+PROPERTY_SCRIPT = r'''
+import json
+import torch
+import torch.nn.functional as F
+
+def _loss(logits, y):
+    return F.cross_entropy(logits, y)
+
+torch.manual_seed(0)
+class Net(torch.nn.Module):
+    """transformers' pattern: `self.loss_function` is a property whose getter Dynamo cannot inline
+    in one piece, so its frame is converted on its own, and torch cannot name a property's getter."""
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 4)
+    @property
+    def loss_function(self):
+        torch._dynamo.graph_break()
+        return _loss
+    def forward(self, x, y):
+        return self.loss_function(self.fc(x), y)
+
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+compiled = torch.compile(model, backend="pcompile")
+x = torch.randn(8, 16)
+y = torch.randint(0, 4, (8,))
+losses = []
+for _ in range(2):
+    loss = compiled(x, y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    losses.append(loss.item())
+from torch._dynamo.utils import counters
+print("RESULT " + json.dumps({"losses": losses, "frames": int(counters["frames"]["total"])}))
+'''
+
+
+def test_a_frame_torch_cannot_name_never_fails_the_job_and_the_rest_is_still_a_program(tmp_path: Path) -> None:
+    """torch raised PackageError ("Cannot resolve a fully qualified name for <code object
+    loss_function ...>. Lookup scope: <property object>") out of the compile: transformers' GPT-2
+    crashed under pcompile. Now that frame is compiled and left out of the program (one warning),
+    and a restart traces only it, also after a restart re-saved the program (the loaded frames keep
+    their compiled graphs instead of being saved as bypassed)."""
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "job.py").write_text(PROPERTY_SCRIPT)
+    cache = tmp_path / "c"
+    first = _run(work, cache)
+    assert "left out of its program" in first["stderr"] and "PackageError" in first["stderr"]
+    second = _run(work, cache)
+    third = _run(work, cache)
+    assert first["losses"] == second["losses"] == third["losses"]
+    assert 1 <= second["frames"] < first["frames"], (first["frames"], second["frames"])
+    assert third["frames"] == second["frames"], third["stderr"][-3000:]
+
+
+@pytest.mark.parametrize(("programs", "chosen", "expected"), [("1", None, False), ("0", None, True), ("1", "1", True)])
+def test_backward_ahead_gives_way_to_programs_unless_asked_for(monkeypatch: pytest.MonkeyPatch, programs: str,
+                                                               chosen: str | None, expected: bool) -> None:
+    """On a GPU host backward ahead is on by default; its backwards cannot be bundled into a program's
+    AOTAutograd entry (the pickle refuses made launchers), so every program lacked its training graph
+    and a restart traced the frames again (nanoGPT, H200, torch 2.11). Here the host's default is on."""
+    from pcompile.inductor import backward_ahead, features
+
+    monkeypatch.setattr(backward_ahead, "_default_on", lambda: True)
+    monkeypatch.setenv("PCOMPILE_PROGRAMS", programs)
+    if chosen is None:
+        monkeypatch.delenv("PCOMPILE_BACKWARD_AHEAD", raising=False)
+    else:
+        monkeypatch.setenv("PCOMPILE_BACKWARD_AHEAD", chosen)
+    assert features._backward_ahead_wanted() is expected
+
+
+def test_a_program_lacking_a_compiled_graph_is_named(saved, tmp_path: Path) -> None:
+    """When AOTAutograd saves no bundled entry for a graph (here: its cache is off), torch saves the
+    program's frames bypassed; pcompile says which function and graphs, once, and the job goes on."""
+    work, _cache, first = saved
+    got = _run(work, tmp_path / "c", TORCHINDUCTOR_AUTOGRAD_CACHE="0")
+    assert "lacks" in got["stderr"] and "compiled graph" in got["stderr"], got["stderr"][-3000:]
+    assert got["losses"] == first["losses"]
+
+
+def test_a_program_torch_fails_to_install_traces_again_and_never_fails_the_job(saved, tmp_path: Path) -> None:
+    """GPT-2's restart (torch 2.14.1): torch raised AttributeError inside CompilePackage.install after
+    it had put the program's builtins dict into the module; torch catches only RuntimeError there,
+    and Dynamo's fresh trace then reused that name (`Name '__builtins_dict___N' already exists`)."""
+    work, cache, first = saved
+    got = _run(work, _copy(cache, tmp_path / "c"), CASE_BREAK_INSTALL="1")
+    assert "no program for" in got["stderr"] and "install: AttributeError" in got["stderr"]
+    assert got["frames"] >= 1
+    assert got["losses"] == first["losses"]

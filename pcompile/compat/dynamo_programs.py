@@ -17,9 +17,20 @@ this process starts again at 0, so the first guard failure after a load re-trace
 already taken (`AssertionError: Name '__builtins_dict___0' already exists in scope`, torch 2.14.1):
 after each install the counter is moved past every number the package used.
 
+Never a failed compile: torch calls the package's recording methods (`code_context`,
+`add_guarded_code`, `add_inlined_source`, `add_resume_function`, ...) in the middle of converting a
+frame, outside any try, so whatever they raise fails the user's compile, e.g. `PackageError: Cannot
+resolve a fully qualified name` for a frame that starts in a `property` getter (transformers'
+`loss_function`, torch 2.11 and 2.14.1). Each of them runs guarded here: an error marks the package
+spoiled (`spoiled(pkg)`: never saved) and the compile goes on as without programs. Loading is
+guarded the same way: torch only catches a RuntimeError there, and then re-initialises a package
+already initialised (AssertionError), so any error while a stored program is read or installed gives
+a fresh package (Dynamo traces the function) instead.
+
 Touched (torch 2.14.1 and 2.11.0: `_dynamo/config.py` caching_precompile; `_dynamo/package.py`
-DynamoCache (a DiskDynamoCache: load/write/record_package/path_prefix), CompilePackage.install and
-source_id_from_fn, PrecompileCacheEntry.from_cache_entry; `_dynamo/precompile_context.py`
+DynamoCache (a DiskDynamoCache: load/write/record_package/path_prefix), CompilePackage (__init__,
+initialize, install, uninstall, code_context, the _RECORDING methods, _innermost_fn, _current_entry)
+and source_id_from_fn, PrecompileCacheEntry.from_cache_entry; `_dynamo/precompile_context.py`
 PrecompileContext._backend_artifacts_by_key; `_dynamo/bytecode_transformation.py`
 _unique_id_counter; `_dynamo/eval_frame.py` `_OptimizeContext.__call__` calling DynamoCache.load(fn)
 with the context as `self`, whose `callback._torchdynamo_orig_backend` is the compile's backend).
@@ -41,6 +52,13 @@ CHECKED = {'torch': '2.11.0, 2.14.1'}
 
 _NUMBER = re.compile(r"_(\d+)")
 _saved: dict[str, Any] = {}
+_SPOILED = "_pcompile_spoiled"  # attribute on a CompilePackage: why it must never be saved
+_FELL_BACK = "_pcompile_fell_back"  # attribute: its stored program was refused, it starts fresh
+
+#: The CompilePackage methods Dynamo calls while it converts a frame (each may raise on code it
+#: cannot name or serialise); code_context is a context manager and is wrapped apart.
+_RECORDING = ("add_guarded_code", "add_inlined_source", "update_device_type", "bypass_current_entry",
+              "add_resume_function", "add_import_source", "add_backend_id")
 
 
 def check() -> None:
@@ -51,7 +69,12 @@ def check() -> None:
     cache = require_attr(package, "DynamoCache", "torch._dynamo.package")
     for name in ("load", "write", "record_package", "path_prefix"):
         require_attr(cache, name, "torch._dynamo.package.DynamoCache")
+    require_attr(package.CompilePackage, "initialize", "torch._dynamo.package.CompilePackage")
     require_attr(package.CompilePackage, "install", "torch._dynamo.package.CompilePackage")
+    require_attr(package.CompilePackage, "uninstall", "torch._dynamo.package.CompilePackage")
+    require_attr(package.CompilePackage, "code_context", "torch._dynamo.package.CompilePackage")
+    for name in _RECORDING:
+        require_attr(package.CompilePackage, name, "torch._dynamo.package.CompilePackage")
     require_attr(package.CompilePackage, "source_id_from_fn", "torch._dynamo.package.CompilePackage")
     require_attr(package.PrecompileCacheEntry, "from_cache_entry", "torch._dynamo.package.PrecompileCacheEntry")
     require_attr(precompile_context.PrecompileContext, "_backend_artifacts_by_key",
@@ -108,66 +131,6 @@ def config_snapshot() -> dict[str, dict[str, Any]]:
     return out
 
 
-def entry_for(cache_entry: Any) -> Any:
-    """A PrecompileCacheEntry of one recorded package with the backend artifacts recorded so far."""
-    from torch._dynamo.package import PrecompileCacheEntry
-    from torch._dynamo.precompile_context import PrecompileContext
-
-    return PrecompileCacheEntry.from_cache_entry(cache_entry, PrecompileContext._backend_artifacts_by_key)
-
-
-def complete(entry: Any) -> bool:
-    """Every frame of the package has its compiled callables (a bypassed frame would be traced again)."""
-    return not any(getattr(code, "bypassed", False) for code in getattr(entry.dynamo, "codes", ()))
-
-
-def frame_count(entry: Any) -> int:
-    return sum(len(getattr(code, "guarded_codes", ()) or ()) for code in getattr(entry.dynamo, "codes", ()))
-
-
-def _bump_counter(names: Any) -> None:
-    """Move Dynamo's unique-name counter past every number in `names` (see the module docstring)."""
-    from torch._dynamo import bytecode_transformation as bt
-
-    top = max((int(n) for name in names for n in _NUMBER.findall(str(name))), default=-1)
-    current = next(bt._unique_id_counter)  # consumes one id: harmless, ids only need to be unique
-    bt._unique_id_counter = itertools.count(max(current, top + 1))
-
-
-def autocast_state() -> dict[str, str]:
-    """{device type: dtype} of every autocast context on in this thread (what a guard's expected
-    dispatch keys depend on)."""
-    import torch
-
-    out: dict[str, str] = {}
-    for device in ("cuda", "cpu", "xpu", "mps"):
-        try:
-            if torch.is_autocast_enabled(device):
-                out[device] = str(torch.get_autocast_dtype(device)).removeprefix("torch.")
-        except Exception:
-            continue
-    return out
-
-
-def autocast_context(state: dict[str, str]) -> contextlib.ExitStack:
-    """Enter the autocast contexts `state` names (built by autocast_state() in the saving process).
-
-    Why: before pytorch#184850 (torch <= 2.13) a loaded package rebuilt its TENSOR_MATCH guards with
-    the loading thread's dispatch TLS, so a program traced under autocast never matched a call under
-    autocast when it was loaded outside it (a miss every time, on the GPU's torch 2.11). Rebuilding
-    the guards inside the same autocast state gives them the compile-time keys; with the fix in
-    torch it changes nothing."""
-    import torch
-
-    stack = contextlib.ExitStack()
-    for device, dtype in state.items():
-        try:
-            stack.enter_context(torch.autocast(device, dtype=getattr(torch, dtype)))
-        except Exception:
-            continue
-    return stack
-
-
 class _Quiet(logging.Filter):
     """Per-guard lines torch logs at WARNING for every frame traced with the precompile cache on
     ("ID_MATCH guard on ... is dropped with caching_precompile=True", "Detected a package bypass"):
@@ -216,74 +179,244 @@ def _guards_never_fail_a_compile() -> None:
     cls.serialize_guards = serialize_guards  # type: ignore[method-assign]
 
 
-class _LoadFailures(logging.Filter):
-    """torch logs a program it could not install with a full traceback and goes on tracing; pcompile
-    says it in one line instead (why, and that Dynamo traces the function)."""
+def entry_for(cache_entry: Any, loaded_backends: dict[str, Any] | None = None) -> Any:
+    """A PrecompileCacheEntry of one recorded package with the backend artifacts recorded so far in
+    this process, plus `loaded_backends` (those of the program it was loaded from: a loaded package
+    that converts a new frame is saved again, and its loaded frames' backends were never recorded
+    here; without them torch marks those frames bypassed and the next restart traced them again).
 
-    def __init__(self, tell: Callable[[str], None]) -> None:
-        super().__init__()
-        self.tell = tell
+    torch marks a frame whose backend it cannot find `bypassed` in place, on the live package (its
+    later frames would no longer be recorded): it is given copies of the frame entries."""
+    import copy
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.getMessage() != "Failed to load entry from dynamo cache":
-            return True
-        exc = record.exc_info[1] if record.exc_info else None
-        self.tell(f"{type(exc).__name__}: {exc}".splitlines()[0] if exc is not None else "unknown reason")
-        return False
+    from torch._dynamo.package import PrecompileCacheEntry
+    from torch._dynamo.precompile_context import PrecompileContext
+
+    backends = {**(loaded_backends or {}), **PrecompileContext._backend_artifacts_by_key}
+    cache_entry = copy.copy(cache_entry)
+    cache_entry.codes = [copy.copy(code) for code in cache_entry.codes]
+    return PrecompileCacheEntry.from_cache_entry(cache_entry, backends)
+
+
+def missing_backends(program: Any) -> list[str]:
+    """The compiled graphs (backend ids) the program's frames name that torch had no bundled entry
+    for: from_cache_entry marked those frames bypassed, so a restart traces them again. Why they
+    are missing is AOTAutograd's: it did not save the graph's entry (it logs "AOTAutograd cache
+    unable to serialize compiled graph", e.g. a Triton kernel whose launchers were made before the
+    pickle) or bypassed its cache."""
+    have = set(getattr(program, "backends", None) or ())
+    return sorted({str(b) for code in getattr(program.dynamo, "codes", ()) for b in code.backend_ids} - have)
+
+
+def backends_of(program: Any) -> dict[str, Any]:
+    """The backend artifacts a loaded program carries."""
+    return dict(getattr(program, "backends", None) or {})
+
+
+def complete(entry: Any) -> bool:
+    """Every frame of the package has its compiled callables (a bypassed frame would be traced again)."""
+    return not any(getattr(code, "bypassed", False) for code in getattr(entry.dynamo, "codes", ()))
+
+
+def frame_count(entry: Any) -> int:
+    return sum(len(getattr(code, "guarded_codes", ()) or ()) for code in getattr(entry.dynamo, "codes", ()))
+
+
+def spoiled(pkg: Any) -> str | None:
+    """Why `pkg` must not be saved (an error while Dynamo recorded it), or None."""
+    return getattr(pkg, _SPOILED, None)
+
+
+def _spoil(pkg: Any, where: str, exc: BaseException, on_error: Callable[[Any, str], None],
+           whole: bool = True) -> None:
+    """Tell `on_error`; with `whole`, the package is never saved (what it recorded may be incomplete)."""
+    reason = f"{where}: {type(exc).__name__}: {exc}"
+    if whole and getattr(pkg, _SPOILED, None) is None:
+        try:
+            setattr(pkg, _SPOILED, reason)
+        except Exception:
+            pass
+    try:
+        on_error(pkg, reason)
+    except Exception:
+        pass
+
+
+def _guarded_method(name: str, original: Callable[..., Any],
+                    on_error: Callable[[Any, str], None]) -> Callable[..., Any]:
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(self, *args, **kwargs)
+        except Exception as exc:
+            _spoil(self, name, exc, on_error)
+            return None
+
+    method.__name__ = name
+    method.__wrapped__ = original  # type: ignore[attr-defined]
+    return method
+
+
+def _guarded_code_context(original: Callable[..., Any],
+                          on_error: Callable[[Any, str], None]) -> Callable[..., Any]:
+    """code_context(code): when torch cannot record the frame (it cannot name its code: a frame that
+    starts in a property getter), the frame is compiled all the same under a bypassed stand-in entry
+    that is not in the package (the recording calls inside find it and record nothing). The package
+    keeps its other frames, as with torch's own bypassed entries: a process that loads it traces that
+    frame again. Errors of the compile itself pass through untouched."""
+
+    @contextlib.contextmanager
+    def code_context(self: Any, code: types.CodeType) -> Any:
+        stack = contextlib.ExitStack()
+        try:
+            stack.enter_context(original(self, code))
+        except Exception as exc:
+            _spoil(self, "code_context (the frame is left out)", exc, on_error, whole=False)
+            previous = getattr(self, "_current_entry", None)
+            self._current_entry = types.SimpleNamespace(
+                bypassed=True, guarded_codes=[], import_sources={}, backend_ids=[], has_compile_id=True)
+
+            def restore() -> None:
+                self._current_entry = previous
+
+            stack.callback(restore)
+        with stack:
+            yield
+
+    code_context.__wrapped__ = original  # type: ignore[attr-defined]
+    return code_context
+
+
+def _fresh(pkg: Any, original_init: Callable[..., Any], original_initialize: Callable[..., Any]) -> None:
+    """Reset `pkg` to a package that holds nothing loaded, initialised for the same function."""
+    fn = pkg._innermost_fn
+    try:
+        pkg.uninstall()
+    except Exception:
+        pass
+    original_init(pkg, None)
+    original_initialize(pkg, fn, None, ignore_inlined_sources=False)
+    setattr(pkg, _FELL_BACK, True)
+
+
+def _bump_counter(names: Any) -> None:
+    """Move Dynamo's unique-name counter past every number in `names` (see the module docstring)."""
+    from torch._dynamo import bytecode_transformation as bt
+
+    top = max((int(n) for name in names for n in _NUMBER.findall(str(name))), default=-1)
+    current = next(bt._unique_id_counter)  # consumes one id: harmless, ids only need to be unique
+    bt._unique_id_counter = itertools.count(max(current, top + 1))
+
+
+def autocast_state() -> dict[str, str]:
+    """{device type: dtype} of every autocast context on in this thread (what a guard's expected
+    dispatch keys depend on)."""
+    import torch
+
+    out: dict[str, str] = {}
+    for device in ("cuda", "cpu", "xpu", "mps"):
+        try:
+            if torch.is_autocast_enabled(device):
+                out[device] = str(torch.get_autocast_dtype(device)).removeprefix("torch.")
+        except Exception:
+            continue
+    return out
+
+
+def autocast_context(state: dict[str, str]) -> contextlib.ExitStack:
+    """Enter the autocast contexts `state` names (built by autocast_state() in the saving process).
+
+    Why: before pytorch#184850 (torch <= 2.13) a loaded package rebuilt its TENSOR_MATCH guards with
+    the loading thread's dispatch TLS, so a program traced under autocast never matched a call under
+    autocast when it was loaded outside it (a miss every time, on the GPU's torch 2.11). Rebuilding
+    the guards inside the same autocast state gives them the compile-time keys; with the fix in
+    torch it changes nothing."""
+    import torch
+
+    stack = contextlib.ExitStack()
+    for device, dtype in state.items():
+        try:
+            stack.enter_context(torch.autocast(device, dtype=getattr(torch, dtype)))
+        except Exception:
+            continue
+    return stack
 
 
 def enable(load: Callable[[Any, dict[str, Any] | None], Any], write: Callable[[Any, str], None],
            recorded: Callable[[Any], None],
            install_context: Callable[[Any], contextlib.AbstractContextManager[Any]],
-           not_installed: Callable[[str], None] = lambda why: None,
+           on_error: Callable[[Any, str], None] = lambda pkg, reason: None,
            bypassed: Callable[[str], None] = lambda why: None) -> None:
     """Turn Dynamo's precompile cache on, with pcompile's `load(fn, options)`, `write(entry, source_id)`,
-    `recorded(package)` (after each converted frame) and `install_context(package)` (entered while a
-    loaded package installs its guards). Idempotent. Must run before `torch.compile` builds its context
-    (the flag is read there)."""
+    `recorded(package)` (after each converted frame), `install_context(package)` (entered while a
+    loaded package installs its guards) and `on_error(package, reason)` (torch's precompile machinery
+    raised: the package is spoiled, or its stored program refused; the compile goes on). Idempotent.
+    Must run before `torch.compile` builds its context (the flag is read there)."""
     import torch._dynamo.config as dconfig
     from torch._dynamo import package
 
     cache = package.DynamoCache
+    klass = package.CompilePackage
     if not _saved:
         _saved["flag"] = dconfig.caching_precompile
-        _saved["install"] = package.CompilePackage.install
+        for name in ("__init__", "initialize", "install", "code_context", *_RECORDING):
+            _saved[f"pkg.{name}"] = klass.__dict__[name]
         for name in ("load", "write", "record_package"):
             _saved[name] = cache.__dict__.get(name)
-        original_install = package.CompilePackage.install
+        original_init = klass.__init__
+        original_initialize = klass.initialize
+        original_install = klass.install
         original_record = type(cache).record_package
 
+        def initialize(self: Any, fn: Any, dynamo: Any = None, ignore_inlined_sources: bool = False) -> None:
+            if dynamo is None:
+                return original_initialize(self, fn, dynamo, ignore_inlined_sources)
+            try:
+                original_initialize(self, fn, dynamo, ignore_inlined_sources)
+            except Exception as exc:  # a changed source (RuntimeError) or anything else torch raises
+                original_init(self, None)
+                original_initialize(self, fn, None, ignore_inlined_sources=False)
+                setattr(self, _FELL_BACK, True)
+                on_error(self, f"initialize: {type(exc).__name__}: {exc}")
+
         def install(self: Any, backends: Any) -> None:
+            if getattr(self, _FELL_BACK, False):
+                return  # its program was refused: a fresh package has nothing to install
+            entries = list(getattr(self, "_codes", {}).values())
             try:
                 with install_context(self):
                     original_install(self, backends)
-            except RuntimeError:
-                raise  # torch's caller logs it and starts a fresh package: Dynamo traces
-            except Exception as exc:  # anything else (an unpicklable guard state, ...) would fail torch.compile
-                try:
-                    self.uninstall()
-                except Exception:
-                    pass
-                raise RuntimeError(f"pcompile: a stored program could not be installed ({type(exc).__name__}: {exc})") from exc
-            names: list[str] = list(backends or ())
-            for code, entry in getattr(self, "_codes", {}).items():
-                names.extend(getattr(entry, "function_names", ()) or ())
-                module = sys.modules.get(getattr(entry, "python_module", "") or "")
-                if module is not None:
-                    names.extend(n for n in vars(module) if n.startswith("__"))
-            _bump_counter(names)
+            except Exception as exc:
+                _fresh(self, original_init, original_initialize)
+                on_error(self, f"install: {type(exc).__name__}: {exc}")
+            finally:
+                # also after a failed install: it may have put names (a builtins dict) into modules
+                # that its uninstall does not take back, and Dynamo's next trace would reuse them
+                names: list[str] = list(backends or ())
+                for entry in entries:
+                    names.extend(getattr(entry, "function_names", ()) or ())
+                    module = sys.modules.get(getattr(entry, "python_module", "") or "")
+                    if module is not None:
+                        names.extend(n for n in vars(module) if n.startswith("__"))
+                _bump_counter(names)
 
         def record_package(pkg: Any) -> None:
-            original_record(cache, pkg)
-            recorded(pkg)
+            if spoiled(pkg) is not None:
+                return
+            try:
+                original_record(cache, pkg)
+                recorded(pkg)
+            except Exception as exc:
+                _spoil(pkg, "record_package", exc, on_error)
 
-        _saved["filter"] = _LoadFailures(not_installed)
-        logging.getLogger("torch._dynamo.eval_frame").addFilter(_saved["filter"])
         _saved["quiet"] = _Quiet(bypassed)
         for name in ("torch._dynamo.guards", "torch._dynamo.output_graph"):
             logging.getLogger(name).addFilter(_saved["quiet"])
         _guards_never_fail_a_compile()
-        package.CompilePackage.install = install  # type: ignore[method-assign]
+        klass.initialize = initialize  # type: ignore[method-assign]
+        klass.install = install  # type: ignore[method-assign]
+        klass.code_context = _guarded_code_context(klass.code_context, on_error)  # type: ignore[method-assign]
+        for name in _RECORDING:
+            setattr(klass, name, _guarded_method(name, klass.__dict__[name], on_error))
         cache.load = lambda fn: load(fn, compile_options(sys._getframe(1)))  # type: ignore[method-assign]
         cache.write = write  # type: ignore[method-assign]
         cache.record_package = record_package  # type: ignore[method-assign]
@@ -304,13 +437,14 @@ def disable() -> None:
 
     cache = package.DynamoCache
     dconfig.caching_precompile = _saved["flag"]
-    package.CompilePackage.install = _saved["install"]  # type: ignore[method-assign]
-    logging.getLogger("torch._dynamo.eval_frame").removeFilter(_saved["filter"])
     for name in ("torch._dynamo.guards", "torch._dynamo.output_graph"):
         logging.getLogger(name).removeFilter(_saved["quiet"])
     from torch._dynamo import guards
 
     guards.CheckFunctionManager.__init__, guards.CheckFunctionManager.serialize_guards = _saved["guards"]
+    for key, value in _saved.items():
+        if key.startswith("pkg."):
+            setattr(package.CompilePackage, key[4:], value)
     for name in ("load", "write", "record_package"):
         if _saved[name] is None:
             cache.__dict__.pop(name, None)

@@ -14,6 +14,10 @@ a miss; a changed source (the function or anything it inlined) is refused by tor
 installs the program, and a failing guard re-traces that frame: both fall back to Dynamo, are
 counted and named (`program_fallback` events, `pcompile stats`), and never run stale code.
 
+Never a failed job: whatever torch's precompile machinery raises (a frame it cannot name, a guard
+or graph it cannot serialise, a stored program it cannot install) leaves the function compiled as
+without programs, with one warning naming it (`failed`; compat/dynamo_programs guards the calls).
+
 When: a package is saved after the frame Dynamo converted (at most every `_MIN_GAP_S`, so a model
 with many graph breaks is not re-pickled per frame), after each optimizer step that follows new
 frames, and at exit: a job killed mid-run still leaves what it compiled.
@@ -40,6 +44,7 @@ _ambiguous: set[str] = set()  # compiled twice with different options: never sav
 _dirty: dict[str, Any] = {}  # source_id -> package recorded since its last save
 _context: dict[str, dict[str, str]] = {}  # source_id -> autocast state its first frame was traced in
 _loaded_context: dict[str, dict[str, str]] = {}  # source_id -> the loaded program's autocast state
+_loaded_blob: dict[str, bytes] = {}  # source_id -> the loaded program as stored (its backends, unused)
 _last_flush = 0.0
 _registered = False
 loaded: dict[str, int] = {}  # source_id -> frames installed from a program (this process)
@@ -93,18 +98,17 @@ def load(fn: Any, options: dict[str, Any] | None) -> Any:
                   "Dynamo traces the function instead")
         return None
     loaded[sid] = dynamo_programs.frame_count(program)
+    _loaded_blob[sid] = entry.blobs[store_gateway_blob()]
     _loaded_context[sid] = {str(k): str(v) for k, v in dict(context).items()}
     return program
 
 
-def not_installed(why: str) -> None:
-    """torch refused a loaded program (an edited source, a guard state it cannot rebuild): Dynamo
-    traces the function, and the program is saved anew. Counted (events) and said once."""
-    from pcompile.events import emit
+def install_context(pkg: Any) -> Any:
+    """Entered while torch installs a loaded program: its guards are rebuilt in the autocast state it
+    was traced in (compat/dynamo_programs.autocast_context says why)."""
+    from pcompile.compat import dynamo_programs
 
-    emit("program_fallback", time.time(), 0.0, reason=why)
-    warn_once("program-fallback", f"pcompile: a stored program was not used ({why}); Dynamo traces the function "
-              "and the program is saved again")
+    return dynamo_programs.autocast_context(_loaded_context.get(getattr(pkg, "source_id", ""), {}))
 
 
 def bypassed(why: str) -> None:
@@ -115,12 +119,22 @@ def bypassed(why: str) -> None:
     emit("program_bypass", time.time(), 0.0, reason=why)
 
 
-def install_context(pkg: Any) -> Any:
-    """Entered while torch installs a loaded program: its guards are rebuilt in the autocast state it
-    was traced in (compat/dynamo_programs.autocast_context says why)."""
+def failed(pkg: Any, reason: str) -> None:
+    """Torch's precompile machinery raised for `pkg` (compat/dynamo_programs guards every call): the
+    function is compiled as without programs and gets no program (or its stored one is not used)."""
     from pcompile.compat import dynamo_programs
 
-    return dynamo_programs.autocast_context(_loaded_context.get(getattr(pkg, "source_id", ""), {}))
+    sid = getattr(pkg, "source_id", None) if getattr(pkg, "_innermost_fn", None) is not None else None
+    fn = getattr(getattr(pkg, "_innermost_fn", None), "__qualname__", "?")
+    whole = dynamo_programs.spoiled(pkg) is not None or not reason.startswith("code_context")
+    with _lock:
+        if sid is not None and whole:
+            _dirty.pop(sid, None)
+            loaded.pop(sid, None)
+            _loaded_blob.pop(sid, None)
+    what = f"no program for {fn}" if whole else f"a frame of {fn} is left out of its program"
+    warn_once(f"program-failed:{fn}:{whole}", f"pcompile: {what} ({reason[:300]}); "
+              "it is compiled as usual and a restart traces it with Dynamo")
 
 
 def store_gateway_blob() -> str:
@@ -136,14 +150,24 @@ def _save(sid: str, pkg: Any) -> None:
         if sid in _ambiguous or sid not in _digests:
             return
         name = _name(sid)
+    if dynamo_programs.spoiled(pkg) is not None:
+        return
     t0 = time.perf_counter()
     try:
-        program = dynamo_programs.entry_for(dynamo_programs.backend_entry(pkg))
+        blob = _loaded_blob.get(sid)  # installing a program changes its backends: a fresh copy
+        loaded_backends = dynamo_programs.backends_of(pickle.loads(blob)) if blob is not None else None
+        program = dynamo_programs.entry_for(dynamo_programs.backend_entry(pkg), loaded_backends)
         data = pickle.dumps(program)
+        missing = dynamo_programs.missing_backends(program)
     except Exception as exc:
         warn_once("program-save", f"pcompile: a compiled function's program could not be saved "
                   f"({type(exc).__name__}: {exc}); a restart traces it with Dynamo")
         return
+    if missing:
+        fn = getattr(getattr(pkg, "_innermost_fn", None), "__qualname__", "?")
+        warn_once(f"program-missing:{fn}", f"pcompile: the program of {fn} lacks {len(missing)} compiled "
+                  f"graph(s) ({', '.join(missing[:4])}): AOTAutograd saved no bundled entry for them (see its "
+                  "log line above); a restart traces the frames that use them with Dynamo")
     context = json.dumps(_context.get(sid, {}), sort_keys=True).encode()
     store_gateway.publish(KIND, name, {store_gateway_blob(): data, CONTEXT_BLOB: context},
                           meta={"frames": dynamo_programs.frame_count(program), "source": sid},
@@ -197,7 +221,7 @@ def install() -> bool:
     global _registered
     from pcompile.compat import dynamo_programs
 
-    dynamo_programs.enable(load, write, recorded, install_context, not_installed, bypassed)
+    dynamo_programs.enable(load, write, recorded, install_context, failed, bypassed)
     if not _registered:
         _registered = True
         atexit.register(flush)
@@ -220,4 +244,5 @@ def uninstall() -> None:
         _dirty.clear()
         _context.clear()
         _loaded_context.clear()
+        _loaded_blob.clear()
     loaded.clear()
