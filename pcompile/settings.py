@@ -209,11 +209,13 @@ RAY_ACTORS = _declare("PCOMPILE_RAY_ACTORS", Int(minimum=0), None, "Ray compile 
 EAGER_BACKWARD = _declare("PCOMPILE_EAGER_BACKWARD", Bool(), True,
                           "compile a region's backward with its forward, so its AOTAutograd entry is published before "
                           "the first `.backward()` (part of AOTAutograd's key: warm host and GPU job must agree)")
-PROGRAMS = _declare("PCOMPILE_PROGRAMS", Bool(), True,
-                    "save what Dynamo made of each compiled function (bytecode, guards, compiled graphs) to the "
-                    "cache, so a restart and the job after a warm run it without tracing (torch's caching "
-                    "precompile, keyed by the torch.compile options and configs; a failing guard or an edited "
-                    "source traces again). `0`: Dynamo traces every frame of every process")
+PROGRAMS = _declare("PCOMPILE_PROGRAMS", Bool(), False,
+                    "`1`: save what Dynamo made of each compiled function (bytecode, guards, compiled graphs) to "
+                    "the cache, so a restart runs it without tracing (torch's caching precompile, keyed by the "
+                    "torch.compile options and configs; a failing guard or an edited source traces again). Off by "
+                    "default: on the H100 a GPT-2 restart's first step was 0.50x stock hot with it, but nanoGPT's "
+                    "frames were not covered (0.92x), it turns on torch's bundled AOTAutograd entries (a job with "
+                    "it misses the AOTAutograd entries a warm without it wrote) and a warm writes no programs")
 DDP_AUTOGRAD_CACHE = _declare(
     "PCOMPILE_DDP_AUTOGRAD_CACHE", Bool(), True,
     "store and load AOTAutograd entries for DDPOptimizer's bucket-split graphs, which torch's own cache bypasses "

@@ -69,7 +69,7 @@ HELPER = "import torch.nn.functional as F\n\ndef act(x):\n    return F.gelu(x)\n
 
 def _run(work: Path, cache: Path, **env: str) -> dict[str, Any]:
     full = {**os.environ, "PCOMPILE_CACHE_DIR": str(cache), "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
-            "PCOMPILE_EVENTS": "1", "PCOMPILE_POOL": "off", "PYTHONPATH": os.pathsep.join(
+            "PCOMPILE_EVENTS": "1", "PCOMPILE_POOL": "off", "PCOMPILE_PROGRAMS": "1", "PYTHONPATH": os.pathsep.join(
                 [str(work), str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]), **env}
     proc = subprocess.run([sys.executable, str(work / "job.py")], cwd=work, env=full, capture_output=True,
                           text=True, timeout=600)
