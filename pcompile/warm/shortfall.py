@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-#: look-up layers whose misses are compiles the warm should have written
-_COMPILED_LAYERS = ("graph", "autograd", "kernel")
+#: look-up layers whose misses are compiles the warm should have written. Not autograd: a frame whose
+#: analysis Dynamo restarts (TensorifyScalarRestartAnalysis) looks its AOTAutograd key up, misses and
+#: never stores it, in stock too, so a second warm with everything cached still counts such a miss.
+_COMPILED_LAYERS = ("graph", "kernel")
 
 
 def cache_fault() -> str | None:
@@ -32,8 +34,7 @@ def compiled(report: dict[str, Any], lookups: dict[str, dict[str, Any]] | None) 
     if lookups is not None:
         return sum(int(lookups.get(layer, {}).get("misses", 0)) for layer in _COMPILED_LAYERS)
     counters = report.get("counters") or {}
-    return (int(counters.get("inductor", {}).get("fxgraph_cache_miss", 0))
-            + int(counters.get("aot_autograd", {}).get("autograd_cache_miss", 0)))
+    return int(counters.get("inductor", {}).get("fxgraph_cache_miss", 0))
 
 
 def problem(report: dict[str, Any], written: dict[str, int], lookups: dict[str, dict[str, Any]] | None,
