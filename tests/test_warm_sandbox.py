@@ -291,7 +291,8 @@ def test_entries_that_vanish_while_the_view_is_built_are_left_out(mode, tmp_path
         seen = json.loads(next(ln for ln in out.stdout.splitlines() if ln.startswith("SEEN "))[5:])
         rec = json.loads((run / "rec.json").read_text())
         assert not [f for f in rec["failed"] if any(p in f for p in gone)], rec["failed"]  # gone is no failure
-        assert sorted(rec["vanished"]) == sorted(gone), rec["vanished"]
+        ours = [v for v in rec["vanished"] if v.startswith(str(top) + os.sep)]
+        assert sorted(ours) == sorted(gone), rec["vanished"]  # others' (a live /tmp/pymp-*) may vanish too
         assert not any(os.path.lexists(p) for p in gone)  # the hook really removed them
         # inside: gone as they are for real (no placeholder left behind); the rest as it is
         assert seen == {**{p: p not in gone for p in scaffolded}, sock: False, str(busy / "kept"): True}, seen
