@@ -114,3 +114,48 @@ def test_a_restart_converts_no_more_frames_and_computes_the_same_losses(warmed: 
     assert again["frames"].get("ok", 0) <= first["frames"].get("ok", 0), (first["frames"], again["frames"])
     assert again["inductor"].get("fxgraph_cache_miss", 0) == 0 and again["aot_autograd"].get("autograd_cache_miss", 0) == 0, again
     assert again["losses"] == first["losses"], (first["losses"], again["losses"])
+
+
+def _other_board(device: str) -> str:
+    """A built-in board profile that is not this GPU (the warm then keys its graphs for it)."""
+    return "h100" if "H200" in device else "h200"
+
+
+def test_a_job_on_a_board_the_cache_was_not_warmed_for_says_so_in_one_line(warmed: dict, tmp_path: Path) -> None:
+    """The cache holds graph entries for another board only: the job compiles (it must) and says
+    why, naming the warm command for this board."""
+    cache = tmp_path / "cache"
+    other = _other_board(warmed["first"]["device"])
+    _cli("warm", str(warmed["script"]), "--target", other, "--cache-dir", str(cache),
+         env=_env(cache, CUDA_VISIBLE_DEVICES=""), timeout=300)
+    env = _env(cache, PCOMPILE="1")
+    if warmed["ep"] is not None:
+        env["PYTHONPATH"] = str(warmed["ep"]) + os.pathsep + env["PYTHONPATH"]
+    proc = subprocess.run([sys.executable, str(warmed["script"])], env=env, cwd=warmed["script"].parent,
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    job = t.parse_result(proc.stdout)
+    assert job["inductor"].get("fxgraph_cache_miss", 0) >= 1, job  # entries for another board are no hit here
+    lines = [ln for ln in proc.stderr.splitlines() if "graph entries are per board" in ln]
+    assert len(lines) == 1, proc.stderr[-4000:]
+    assert job["device"] in lines[0] and "--target" in lines[0], lines[0]
+    assert job["losses"] == warmed["first"]["losses"], (job["losses"], warmed["first"]["losses"])
+
+
+def test_with_programs_a_restart_converts_no_frame_and_computes_the_same_losses(warmed: dict, tmp_path: Path) -> None:
+    """PCOMPILE_PROGRAMS=1 (opt-in): the first job stores each frame's program, the restart
+    installs them and Dynamo converts nothing."""
+    cache = tmp_path / "cache"
+    runs = []
+    for _ in range(2):
+        env = _env(cache, PCOMPILE="1", PCOMPILE_PROGRAMS="1")
+        if warmed["ep"] is not None:
+            env["PYTHONPATH"] = str(warmed["ep"]) + os.pathsep + env["PYTHONPATH"]
+        proc = subprocess.run([sys.executable, str(warmed["script"])], env=env, cwd=warmed["script"].parent,
+                              capture_output=True, text=True, timeout=240)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        runs.append(t.parse_result(proc.stdout))
+    first, again = runs
+    assert first["frames"].get("ok", 0) >= 1, first["frames"]
+    assert again["frames"].get("ok", 0) == 0, again["frames"]
+    assert again["losses"] == first["losses"] == warmed["first"]["losses"], (first["losses"], again["losses"])

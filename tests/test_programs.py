@@ -61,6 +61,7 @@ if os.environ.get("CASE_NO_GRAD") == "1":
         out["no_grad_requires_grad"] = got.requires_grad
 from torch._dynamo.utils import counters
 out["frames"] = int(counters["frames"]["total"])
+out["aot_hits"] = int(counters["aot_autograd"]["autograd_cache_hit"])
 print("RESULT " + json.dumps(out))
 '''
 
@@ -300,3 +301,38 @@ def test_a_program_torch_fails_to_install_traces_again_and_never_fails_the_job(s
     assert "no program for" in got["stderr"] and "install: AttributeError" in got["stderr"]
     assert got["frames"] >= 1
     assert got["losses"] == first["losses"]
+
+
+def test_a_job_with_programs_hits_the_entries_a_job_without_them_wrote(tmp_path: Path) -> None:
+    """torch gives a graph another AOTAutograd key with caching_precompile on (its backend id's
+    place in the GraphModule's pickled dict; on 2.14 also the id itself): a job with programs
+    missed every entry a warm or job without them wrote. Now it hits them, then saves its program."""
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "job.py").write_text(SCRIPT)
+    (work / "helper.py").write_text(HELPER)
+    cache = tmp_path / "c"
+    without = _run(work, cache, PCOMPILE_PROGRAMS="0")
+    assert without["frames"] >= 1 and without["aot_hits"] == 0, without
+    first = _run(work, cache, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "fresh-inductor"))
+    assert first["aot_hits"] >= 1, first["stderr"][-3000:]
+    again = _run(work, cache, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "fresh-inductor-2"))
+    assert again["frames"] == 0, again["stderr"][-3000:]
+    assert without["losses"] == first["losses"] == again["losses"]
+
+
+def test_a_program_saved_before_its_backward_was_compiled_is_saved_again_complete(tmp_path: Path) -> None:
+    """A training graph's AOTAutograd entry is written after its lazily compiled backward (torch
+    2.11 always; here PCOMPILE_EAGER_BACKWARD=0), i.e. after the frame's program was first saved:
+    that save lacked the graph, and every restart traced the frame again. It is saved again after
+    the optimizer step, complete."""
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "job.py").write_text(SCRIPT)
+    (work / "helper.py").write_text(HELPER)
+    cache = tmp_path / "c"
+    first = _run(work, cache, PCOMPILE_EAGER_BACKWARD="0")
+    assert "lacks" not in first["stderr"], first["stderr"][-3000:]
+    again = _run(work, cache, PCOMPILE_EAGER_BACKWARD="0", TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "fresh-inductor"))
+    assert again["frames"] == 0, again["stderr"][-3000:]
+    assert again["losses"] == first["losses"]

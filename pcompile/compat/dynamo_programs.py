@@ -31,7 +31,9 @@ Touched (torch 2.14.1 and 2.11.0: `_dynamo/config.py` caching_precompile; `_dyna
 DynamoCache (a DiskDynamoCache: load/write/record_package/path_prefix), CompilePackage (__init__,
 initialize, install, uninstall, code_context, the _RECORDING methods, _innermost_fn, _current_entry)
 and source_id_from_fn, PrecompileCacheEntry.from_cache_entry; `_dynamo/precompile_context.py`
-PrecompileContext._backend_artifacts_by_key; `_dynamo/bytecode_transformation.py`
+PrecompileContext._backend_artifacts_by_key; `_functorch/_aot_autograd/autograd_cache.py`
+autograd_cache_key (module global, wrapped; `gm._backend_id`, `AOTConfig.precompile_backend_id`
+(2.14)); `_dynamo/bytecode_transformation.py`
 _unique_id_counter; `_dynamo/eval_frame.py` `_OptimizeContext.__call__` calling DynamoCache.load(fn)
 with the context as `self`, whose `callback._torchdynamo_orig_backend` is the compile's backend).
 """
@@ -61,6 +63,9 @@ _RECORDING = ("add_guarded_code", "add_inlined_source", "update_device_type", "b
               "add_resume_function", "add_import_source", "add_backend_id")
 
 
+_QUIET_LOGGERS = ("torch._dynamo.guards", "torch._dynamo.output_graph", "torch._dynamo.package")
+
+
 def check() -> None:
     import torch._dynamo.config as dconfig
     from torch._dynamo import bytecode_transformation, package, precompile_context
@@ -79,6 +84,13 @@ def check() -> None:
     require_attr(package.PrecompileCacheEntry, "from_cache_entry", "torch._dynamo.package.PrecompileCacheEntry")
     require_attr(precompile_context.PrecompileContext, "_backend_artifacts_by_key",
                  "torch._dynamo.precompile_context.PrecompileContext")
+    import dataclasses
+
+    from torch._functorch._aot_autograd import autograd_cache, schemas
+
+    require_attr(autograd_cache, "autograd_cache_key", "torch._functorch._aot_autograd.autograd_cache")
+    if not dataclasses.is_dataclass(schemas.AOTConfig):
+        raise CompatError("torch._functorch._aot_autograd.schemas.AOTConfig is no longer a dataclass")
     counter = require_attr(bytecode_transformation, "_unique_id_counter", "torch._dynamo.bytecode_transformation")
     if not isinstance(counter, itertools.count):
         raise CompatError("torch._dynamo.bytecode_transformation._unique_id_counter is no longer an itertools.count")
@@ -144,6 +156,8 @@ class _Quiet(logging.Filter):
         text = str(record.msg)
         if "is dropped with caching_precompile=True" in text:
             return False
+        if text == "Backend not found":  # a program saved before its backward's entry: saved again later
+            return False
         if text.startswith("Detected a package bypass"):
             self.tell(record.getMessage().splitlines()[0][:300])
             return False
@@ -177,6 +191,36 @@ def _guards_never_fail_a_compile() -> None:
     _saved["guards"] = (init, serialize)
     cls.__init__ = __init__  # type: ignore[method-assign]
     cls.serialize_guards = serialize_guards  # type: ignore[method-assign]
+
+
+def _aot_keys_as_without_programs() -> None:
+    """torch bug (2.11 and 2.14.1): with caching_precompile on, the same graph gets another
+    AOTAutograd key than without it, so a job with programs missed every entry a job or warm
+    without them wrote (and, 2.14, every entry of an earlier job with them). Two causes:
+    - Dynamo sets `gm._backend_id` (a fresh uuid name) early; torch's key clears it to None but the
+      attribute keeps its early place in `gm.__dict__`, which is pickled in insertion order: without
+      programs the field is created at the end. Moved to the end here, the pickles agree.
+    - 2.14 hashes `aot_config.precompile_backend_id` (that uuid again) into the key; it names the
+      program's slot, not anything compiled (torch clears it on save), so it is hashed as None.
+    """
+    import dataclasses
+
+    from torch._functorch._aot_autograd import autograd_cache as ac
+
+    original = ac.autograd_cache_key
+
+    def autograd_cache_key(mod: Any, example_inputs: Any, config: Any, *args: Any, **kwargs: Any) -> Any:
+        gm = getattr(mod, "gm", mod)
+        fields = getattr(gm, "__dict__", None)
+        if fields is not None and "_backend_id" in fields:
+            fields["_backend_id"] = fields.pop("_backend_id")
+        if getattr(config, "precompile_backend_id", None) is not None and dataclasses.is_dataclass(config):
+            config = dataclasses.replace(config, precompile_backend_id=None)
+        return original(mod, example_inputs, config, *args, **kwargs)
+
+    autograd_cache_key._pcompile_programs = True  # type: ignore[attr-defined]
+    _saved["aot_key"] = original
+    ac.autograd_cache_key = autograd_cache_key
 
 
 def entry_for(cache_entry: Any, loaded_backends: dict[str, Any] | None = None) -> Any:
@@ -409,9 +453,10 @@ def enable(load: Callable[[Any, dict[str, Any] | None], Any], write: Callable[[A
                 _spoil(pkg, "record_package", exc, on_error)
 
         _saved["quiet"] = _Quiet(bypassed)
-        for name in ("torch._dynamo.guards", "torch._dynamo.output_graph"):
+        for name in _QUIET_LOGGERS:
             logging.getLogger(name).addFilter(_saved["quiet"])
         _guards_never_fail_a_compile()
+        _aot_keys_as_without_programs()
         klass.initialize = initialize  # type: ignore[method-assign]
         klass.install = install  # type: ignore[method-assign]
         klass.code_context = _guarded_code_context(klass.code_context, on_error)  # type: ignore[method-assign]
@@ -437,11 +482,15 @@ def disable() -> None:
 
     cache = package.DynamoCache
     dconfig.caching_precompile = _saved["flag"]
-    for name in ("torch._dynamo.guards", "torch._dynamo.output_graph"):
+    for name in _QUIET_LOGGERS:
         logging.getLogger(name).removeFilter(_saved["quiet"])
     from torch._dynamo import guards
 
     guards.CheckFunctionManager.__init__, guards.CheckFunctionManager.serialize_guards = _saved["guards"]
+    from torch._functorch._aot_autograd import autograd_cache as ac
+
+    if getattr(ac.autograd_cache_key, "_pcompile_programs", False):  # still ours on top: take it off
+        ac.autograd_cache_key = _saved["aot_key"]
     for key, value in _saved.items():
         if key.startswith("pkg."):
             setattr(package.CompilePackage, key[4:], value)

@@ -42,6 +42,12 @@ _lock = threading.RLock()
 _digests: dict[str, str] = {}  # source_id -> options digest of this process's torch.compile of it
 _ambiguous: set[str] = set()  # compiled twice with different options: never saved
 _dirty: dict[str, Any] = {}  # source_id -> package recorded since its last save
+#: source_id -> package saved while a graph's AOTAutograd entry was not yet written (a training
+#: graph's entry is saved after its lazily compiled backward, i.e. after the frame was recorded):
+#: saved again after the next optimizer steps and at exit, until complete.
+_incomplete: dict[str, Any] = {}
+_RETRIES = 3
+_retries: dict[str, int] = {}
 _context: dict[str, dict[str, str]] = {}  # source_id -> autocast state its first frame was traced in
 _loaded_context: dict[str, dict[str, str]] = {}  # source_id -> the loaded program's autocast state
 _loaded_blob: dict[str, bytes] = {}  # source_id -> the loaded program as stored (its backends, unused)
@@ -130,6 +136,7 @@ def failed(pkg: Any, reason: str) -> None:
     with _lock:
         if sid is not None and whole:
             _dirty.pop(sid, None)
+            _incomplete.pop(sid, None)
             loaded.pop(sid, None)
             _loaded_blob.pop(sid, None)
     what = f"no program for {fn}" if whole else f"a frame of {fn} is left out of its program"
@@ -143,7 +150,7 @@ def store_gateway_blob() -> str:
     return BLOB
 
 
-def _save(sid: str, pkg: Any) -> None:
+def _save(sid: str, pkg: Any, final: bool = False) -> None:
     from pcompile.compat import dynamo_programs
 
     with _lock:
@@ -163,7 +170,12 @@ def _save(sid: str, pkg: Any) -> None:
         warn_once("program-save", f"pcompile: a compiled function's program could not be saved "
                   f"({type(exc).__name__}: {exc}); a restart traces it with Dynamo")
         return
-    if missing:
+    with _lock:
+        if missing and not final and _retries.get(sid, 0) < _RETRIES:
+            _incomplete[sid] = pkg  # said only if still incomplete at the end
+        else:
+            _incomplete.pop(sid, None)
+    if missing and (final or sid not in _incomplete):
         fn = getattr(getattr(pkg, "_innermost_fn", None), "__qualname__", "?")
         warn_once(f"program-missing:{fn}", f"pcompile: the program of {fn} lacks {len(missing)} compiled "
                   f"graph(s) ({', '.join(missing[:4])}): AOTAutograd saved no bundled entry for them (see its "
@@ -184,15 +196,23 @@ def write(entry: Any, sid: str) -> None:
     store_gateway.publish(KIND, name, {store_gateway_blob(): pickle.dumps(entry), CONTEXT_BLOB: context}, compiled=False)
 
 
-def flush() -> None:
-    """Save every package recorded since its last save."""
+def flush(final: bool = False) -> None:
+    """Save every package recorded since its last save, and every one saved incomplete."""
     global _last_flush
     with _lock:
-        pending = list(_dirty.items())
+        pending = dict(_incomplete)
+        for sid in pending:
+            _retries[sid] = _retries.get(sid, 0) + 1
+        pending.update(_dirty)
         _dirty.clear()
+        _incomplete.clear()
         _last_flush = time.monotonic()
-    for sid, pkg in pending:
-        _save(sid, pkg)
+    for sid, pkg in pending.items():
+        _save(sid, pkg, final=final)
+
+
+def _flush_at_exit() -> None:
+    flush(final=True)
 
 
 def recorded(pkg: Any) -> None:
@@ -212,7 +232,7 @@ def recorded(pkg: Any) -> None:
 
 
 def _after_step(*_args: Any) -> None:
-    if _dirty:
+    if _dirty or _incomplete:
         flush()
 
 
@@ -224,7 +244,7 @@ def install() -> bool:
     dynamo_programs.enable(load, write, recorded, install_context, failed, bypassed)
     if not _registered:
         _registered = True
-        atexit.register(flush)
+        atexit.register(_flush_at_exit)
         try:
             from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -242,6 +262,8 @@ def uninstall() -> None:
         _digests.clear()
         _ambiguous.clear()
         _dirty.clear()
+        _incomplete.clear()
+        _retries.clear()
         _context.clear()
         _loaded_context.clear()
         _loaded_blob.clear()
