@@ -87,3 +87,41 @@ def test_checkpoints_saved_during_the_warm_load_back(tmp_path):
     assert res["report"]["writes"]["n_placeholder_saves"] == n
     assert any(ln.startswith(f"{n} checkpoints of virtual tensors written as placeholders") for ln in res["lines"]), res["lines"]
 
+
+
+HF_SCRIPT = """\
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+cfg = GPT2Config(n_layer=1, n_head=2, n_embd=64, vocab_size=256, n_positions=64)
+model = GPT2LMHeadModel(cfg).cuda()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+step = torch.compile(model)
+ids = torch.randint(0, 256, (2, 32), device="cuda")
+for i in range(2):
+    step(input_ids=ids, labels=ids).loss.backward(); opt.step(); opt.zero_grad()
+model.save_pretrained("ckpt/hf")
+back = GPT2LMHeadModel.from_pretrained("ckpt/hf").cuda()
+got = sorted((k, tuple(v.shape), v.dtype) for k, v in back.state_dict().items())
+want = sorted((k, tuple(v.shape), v.dtype) for k, v in model.state_dict().items())
+assert got == want, (got[:3], want[:3])
+print("HF LOADED", len(got), flush=True)
+step(input_ids=ids, labels=ids).loss.backward(); opt.step()
+"""
+
+
+def test_hf_save_pretrained_during_the_warm_loads_back_with_from_pretrained(tmp_path):
+    """HF's own round trip (save_pretrained writes safetensors shards from native code, then
+    from_pretrained reads the header and maps the data) inside a warm: the placeholder file loads."""
+    pytest.importorskip("transformers")
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "train.py").write_text(HF_SCRIPT)
+    cmd = [sys.executable, "-m", "pcompile.cli.main", "warm", "train.py", "--target", "h100",
+           "--cache-dir", str(tmp_path / "cache"), "--json", "--steps", "all"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=str(job),
+                         env=dict(os.environ, PCOMPILE_PROGRESS="0", PCOMPILE_DISABLE="1"))
+    log = out.stdout + out.stderr
+    assert out.returncode == 0 and "HF LOADED" in log, log[-4000:]
+    res = json.loads([ln for ln in out.stdout.splitlines() if ln.startswith("{")][-1])
+    assert res["report"]["writes"]["n_placeholder_saves"] >= 1, res["report"]["writes"]
+    assert not (job / "ckpt").exists()  # only inside the sandbox
