@@ -56,18 +56,20 @@ def _fetch(kind: str, name: str, path: str, mode: int) -> bool:
     return bool(data) and _write(path, data, mode)
 
 
-def _publish(kind: str, name: str, data: bytes) -> None:
-    if data and not store_gateway.present(kind, name):
+def _publish(kind: str, name: str, path: str | None) -> None:
+    """Store the file at `path` (None: the load check's mark) unless this node's store has it."""
+    if store_gateway.present(kind, name):
+        return
+    data = b"ok"
+    if path is not None:
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except OSError:
+            return
+    if data:
         store_gateway.publish(kind, name, {BLOB: data}, meta={"source": "inductor.isa_probe", "file": name},
                               compiled=False)
-
-
-def _read(path: str) -> bytes:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except OSError:
-        return b""
 
 
 def make_wrapper(original: compat.CheckBuild) -> compat.CheckBuild:
@@ -86,9 +88,9 @@ def make_wrapper(original: compat.CheckBuild) -> compat.CheckBuild:
             _fetch(LOAD_OK, name, marker, 0o644)
         ok = original(self, code)
         if ok:  # only what torch's own probe accepted on this host is shared
-            _publish(LIBRARY, name, _read(library))
+            _publish(LIBRARY, name, library)
             if os.path.isfile(marker):
-                _publish(LOAD_OK, name, b"ok")
+                _publish(LOAD_OK, name, None)
         return ok
 
     check_build.__doc__ = "pcompile: the vector-ISA probe's libraries through the store (see pcompile.inductor.isa_probe_cache)"
