@@ -25,7 +25,7 @@ def test_four_processes_compile_each_key_once(tmp_path: Path) -> None:
     ]
     results = [t.finish(p, timeout=600)[0] for p in procs]
 
-    keys = t.manifest_keys(cache / "store")
+    keys = t.job_keys(cache / "store")
     layers = {k.split("-", 1)[0] for k in keys}
     assert {"graph", "autograd", "kernel"} <= layers, keys
     summary = t.stats(cache)

@@ -22,6 +22,8 @@ MODULES: tuple[str, ...] = (
     "remote_cache",
     "triton_cache_manager",
     "cpp_compile",
+    "cpp_pch",
+    "cpu_isa_probe",
     "compile_wrapper",
     "lazy_backward",
     "cpu_isa",

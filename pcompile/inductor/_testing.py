@@ -147,3 +147,19 @@ def layer_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, dict
 def manifest_keys(store_root: Path) -> set[str]:
     """Every key with a manifest in a store directory (<cache>/store or <shared>/store)."""
     return {p.stem for p in (store_root / "manifests").rglob("*.json")}
+
+
+def job_keys(store_root: Path) -> set[str]:
+    """`manifest_keys` less the vector-ISA probe's entries (isa_probe_cache.py): torch's check of
+    the host, stored for other nodes but neither a compile of the job's code nor counted as one."""
+    import json
+
+    keys = set()
+    for path in (store_root / "manifests").rglob("*.json"):
+        try:
+            source = json.loads(path.read_text()).get("meta", {}).get("source")
+        except (OSError, ValueError):
+            source = None
+        if source != "inductor.isa_probe":
+            keys.add(path.stem)
+    return keys

@@ -6,7 +6,7 @@ content key, which already covers the source and the full compile command line. 
 an existing target is left to Inductor (its local cache); otherwise the store's copy is
 written into place atomically, or, on a miss, Inductor builds it under this process's lease
 and the library is published. A hit skips intermediate object files entirely. Only libraries are stored (not precompiled
-headers or objects).
+headers or objects); a precompiled header is built when a compile needs it (lazy_pch.py).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import os
 import time
 from typing import Any, Callable, Sequence
 
-from pcompile.inductor import store_gateway
+from pcompile.inductor import lazy_pch, store_gateway
 from pcompile.compat import cpp_compile as compat
 from pcompile.inductor.layer_keys import store_key
 from pcompile.settings import DISABLE
@@ -71,6 +71,8 @@ def make_wrapper(original: Callable[[str, Sequence[Any]], None]) -> Callable[[st
             target = compat.target_path(cpp_builders[-1])
         except Exception:
             return original(lock_path, cpp_builders)
+        if lazy_pch.hold(target, lock_path, cpp_builders):  # a precompiled header: built when a compile needs it
+            return None
         ikey = _inductor_key(target)
         if not target.endswith(LIBRARY_SUFFIXES):
             return original(lock_path, cpp_builders)
@@ -104,8 +106,13 @@ def make_wrapper(original: Callable[[str, Sequence[Any]], None]) -> Callable[[st
 
 
 def install() -> None:
+    from pcompile import compat as checks
+
     compat.install(make_wrapper)
+    if checks.check("cpp_pch") is None:  # else headers are built as Inductor asks, up front
+        lazy_pch.install(compat.original())
 
 
 def uninstall() -> None:
+    lazy_pch.uninstall()
     compat.uninstall()

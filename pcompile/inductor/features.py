@@ -249,6 +249,18 @@ def _uninstall_cpp() -> None:
     cpp_cache.uninstall()
 
 
+def _install_isa_probe(ctx: Context) -> Any:
+    from pcompile.inductor import isa_probe_cache
+
+    isa_probe_cache.install()
+
+
+def _uninstall_isa_probe() -> None:
+    from pcompile.inductor import isa_probe_cache
+
+    isa_probe_cache.uninstall()
+
+
 def _device_index_wanted() -> bool:
     from pcompile.inductor import device_index
 
@@ -358,6 +370,8 @@ FEATURES: tuple[Feature, ...] = (
             uninstall=_uninstall_triton, when=LAYERS, layers=("kernel.triton",)),
     Feature("cpp", _install_cpp, checks=("cpp_compile",), uninstall=_uninstall_cpp, when=LAYERS,
             layers=("kernel.cpp",)),
+    Feature("isa_probe", _install_isa_probe, checks=("cpu_isa_probe",), uninstall=_uninstall_isa_probe, when=LAYERS,
+            layers=("kernel.isa_probe",)),
     Feature("device_index", _install_device_index, wanted=_device_index_wanted, checks=("device_index",),
             uninstall=_uninstall_device_index, when=LAYERS, needs=("graph",),
             warning=("device_index", "pcompile: entries stay per GPU index in this torch ({reason}); "

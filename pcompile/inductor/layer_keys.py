@@ -16,6 +16,9 @@ Inductor's compile workers, which is why only the graph layers probe the device:
 - kernel (Triton, a compile-pool job: `pool_kernel_key`): the kernel source as for cuda:0, with
   the target from its DeviceProperties, ptxas, the job's config, libdevice and Triton's env.
 - kernel (C++): software + the C++ compiler's version; Inductor's key holds the command line.
+- kernel (the vector-ISA probe's library: `isa_probe`): as C++; torch's key holds the probe's
+  source, its ISA flags and the compiler's and torch's versions. Its load check (`isa_probe_load`)
+  holds for one CPU model, flag set and C library only (`versions.cpu_identity`).
 """
 from __future__ import annotations
 
@@ -54,6 +57,14 @@ def _cpp_fingerprint() -> dict[str, str]:
     return fingerprint(Target("cpu", versions.machine()), {"inductor_layer": "cpp", "cxx": cpp_compile.compiler_id()})
 
 
+def _isa_probe_fingerprint() -> dict[str, str]:
+    return {**_cpp_fingerprint(), "x.inductor_layer": "isa-probe"}
+
+
+def _isa_probe_load_fingerprint() -> dict[str, str]:
+    return {**_cpp_fingerprint(), "x.inductor_layer": "isa-probe-load", "x.cpu": versions.cpu_identity()}
+
+
 _BUILDERS = {
     "graph": _graph_fingerprint,
     "autograd": _graph_fingerprint,
@@ -62,13 +73,16 @@ _BUILDERS = {
     "autotune_predicted": lambda: fingerprint(IN_KEY, {"inductor_layer": "autotune-predicted"}),
     "triton": lambda: fingerprint(IN_KEY, {"inductor_layer": "triton"}),
     "cpp": _cpp_fingerprint,
+    "isa_probe": _isa_probe_fingerprint,
+    "isa_probe_load": _isa_probe_load_fingerprint,
     # a compiled function's Dynamo program: its graphs are inside, so the device is part of it
     "program": lambda: {**_graph_fingerprint(), "inductor_layer": "program"},
 }
 
 #: fingerprint kind -> pcompile layer
 LAYER_OF = {"graph": "graph", "autograd": "autograd", "autotune": "autotune", "autotune_predicted": "autotune",
-            "triton": "kernel", "cpp": "kernel", "program": "program"}
+            "triton": "kernel", "cpp": "kernel", "isa_probe": "kernel", "isa_probe_load": "kernel",
+            "program": "program"}
 
 
 def layer_fingerprint(kind: str) -> dict[str, str]:

@@ -129,3 +129,28 @@ def build_software(arch: int | None = None) -> dict[str, str]:
         "python": python_version(),
         "triton_env": json.dumps(triton_env(), sort_keys=True),
     }
+
+
+@functools.cache
+def cpu_identity() -> str:
+    """The CPU's model and feature flags (/proc/cpuinfo's first processor, flags hashed), plus the
+    C library: what a library's load probe on one host says about another. "unknown" parts where
+    the host does not say (no /proc/cpuinfo)."""
+    import hashlib
+
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if not line.strip():
+                    break  # the first processor is enough: every core of a node reports the same
+                name, _, value = line.partition(":")
+                fields[name.strip().lower()] = value.strip()
+    except OSError:
+        pass
+    model = fields.get("model name") or fields.get("cpu model") or fields.get("cpu") or platform.processor() or "unknown"
+    flags = fields.get("flags") or fields.get("features") or ""
+    vendor = fields.get("vendor_id") or fields.get("cpu implementer") or ""
+    flag_hash = hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:16] if flags else "unknown"
+    libc = "-".join(platform.libc_ver()) or "unknown"
+    return f"{machine()}|{vendor}|{model}|flags:{flag_hash}|{libc}"
