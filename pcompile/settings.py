@@ -213,9 +213,9 @@ PROGRAMS = _declare("PCOMPILE_PROGRAMS", Bool(), False,
                     "`1`: save what Dynamo made of each compiled function (bytecode, guards, compiled graphs) to "
                     "the cache, so a restart runs it without tracing (torch's caching precompile, keyed by the "
                     "torch.compile options and configs; a failing guard or an edited source traces again). Off by "
-                    "default: on the H100 a GPT-2 restart's first step was 0.50x stock hot with it, but nanoGPT's "
-                    "frames were not covered (0.92x), it turns on torch's bundled AOTAutograd entries (a job with "
-                    "it misses the AOTAutograd entries a warm without it wrote) and a warm writes no programs")
+                    "default: on the H100 a GPT-2 restart's first step was 0.50x stock hot with it, but it was not "
+                    "re-measured on a GPU since its AOTAutograd keys were made to agree with a warm's (2026-11-28), "
+                    "torch's caching precompile drops ID_MATCH guards, and a warm writes no programs")
 DDP_AUTOGRAD_CACHE = _declare(
     "PCOMPILE_DDP_AUTOGRAD_CACHE", Bool(), True,
     "store and load AOTAutograd entries for DDPOptimizer's bucket-split graphs, which torch's own cache bypasses "
