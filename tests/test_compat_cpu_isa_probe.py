@@ -55,3 +55,13 @@ def test_install_wraps_and_uninstall_restores() -> None:
 
             isa_probe_cache.install()
     assert isa.VecISA.check_build is original or was_installed
+
+
+def test_this_torch_keeps_the_load_marker_so_the_probe_layer_is_on():
+    """2.11-2.13 keep no `.load_ok` marker: there the layer is off without a warning (every GPU
+    job on 2.11 printed "these cache layers stay stock" for a CPU-only saving). CI's torch has it."""
+    from pcompile.compat import cpu_isa_probe
+    from pcompile.inductor import features
+
+    assert cpu_isa_probe.supported()
+    assert features._isa_probe_wanted()

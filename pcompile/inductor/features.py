@@ -255,6 +255,12 @@ def _install_isa_probe(ctx: Context) -> Any:
     isa_probe_cache.install()
 
 
+def _isa_probe_wanted() -> bool:
+    from pcompile.compat import cpu_isa_probe
+
+    return cpu_isa_probe.supported()
+
+
 def _uninstall_isa_probe() -> None:
     from pcompile.inductor import isa_probe_cache
 
@@ -370,7 +376,8 @@ FEATURES: tuple[Feature, ...] = (
             uninstall=_uninstall_triton, when=LAYERS, layers=("kernel.triton",)),
     Feature("cpp", _install_cpp, checks=("cpp_compile",), uninstall=_uninstall_cpp, when=LAYERS,
             layers=("kernel.cpp",)),
-    Feature("isa_probe", _install_isa_probe, checks=("cpu_isa_probe",), uninstall=_uninstall_isa_probe, when=LAYERS,
+    Feature("isa_probe", _install_isa_probe, wanted=_isa_probe_wanted, checks=("cpu_isa_probe",),
+            uninstall=_uninstall_isa_probe, when=LAYERS,
             layers=("kernel.isa_probe",)),
     Feature("device_index", _install_device_index, wanted=_device_index_wanted, checks=("device_index",),
             uninstall=_uninstall_device_index, when=LAYERS, needs=("graph",),
