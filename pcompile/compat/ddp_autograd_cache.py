@@ -18,7 +18,8 @@ an entry for the same graph compiled outside DDP never stand in for each other. 
 first call returns fakes rebuilt from that metadata in the tracing fake mode, exactly like
 `FakifiedOutWrapper`, and `fw_metadata` is set as a compile would.
 
-When it stays stock (torch's bypass): a torch minor other than those read (2.11, 2.14); the
+When it stays stock (torch's bypass): a torch minor other than those read (2.11, 2.14); torch
+2.11 in practice (compat/lazy_backward.py cannot lower its backwards ahead safely); the
 backward lowered lazily (`force_non_lazy_backward_lowering` off: DDP's lazy backward pops one
 `fw_metadata` per lazily compiled bucket, and a hit bucket compiles none, so a later bucket
 would read its neighbour's); and no entry is written when the forward outputs are anything but

@@ -41,7 +41,7 @@ from pcompile.compat import CompatError, require_attr
 from pcompile.settings import EAGER_BACKWARD
 
 #: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
-CHECKED = {'torch': '2.11.0, 2.14.1, 2.15.0 (first-backward donation: 2.14.1)'}
+CHECKED = {'torch': '2.14.1, 2.15.0 (2.11.0 read: no _AutogradBackwardCompiler, the check fails and backwards stay lazy)'}
 
 #: Attribute on an `_AutogradBackwardCompiler` pcompile lowered ahead: its first-backward state.
 _STATE = "_pcompile_first_backward"
@@ -57,7 +57,11 @@ def _backward_compiler_class() -> Any:
     import torch._functorch.aot_autograd  # noqa: F401  (imported alone, runtime_wrappers is a circular import)
     from torch._functorch._aot_autograd import runtime_wrappers
 
-    return runtime_wrappers._AutogradBackwardCompiler
+    cls = getattr(runtime_wrappers, "_AutogradBackwardCompiler", None)
+    if cls is None:  # 2.11: the backward is a class attribute of a function-local autograd.Function
+        raise CompatError("AOTAutograd has no _AutogradBackwardCompiler (torch < 2.14): a backward lowered ahead "
+                          "could not give stock's answer to retain_graph=True, so backwards stay lazy as in stock")
+    return cls
 
 
 def check() -> None:
