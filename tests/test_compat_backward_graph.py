@@ -56,7 +56,8 @@ def test_stages_are_module_globals_called_by_aot_stage2_autograd() -> None:
     assert params[2] == "maybe_subclass_meta" and params[4] == "aot_config", params
     bw_compile = getattr(gc._aot_stage2b_bw_compile, backward_graph._WRAPPED, gc._aot_stage2b_bw_compile)
     params = list(inspect.signature(bw_compile).parameters)
-    assert params[0] == "bw_module" and params[5] == "aot_config" and params[6] == "bw_compiler", params
+    assert params[0] == "bw_module" and params[5] == "aot_config", params
+    assert params[6:7] in (["bw_compiler"], []), params  # 2.14+ passes the compiler; 2.11 reads aot_config's
 
 
 # -- differing_inputs -----------------------------------------------------------------------

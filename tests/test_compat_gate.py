@@ -11,7 +11,8 @@ from pcompile.settings import PRETEND_TORCH_VERSION, PRETEND_TRITON_VERSION
 
 
 def test_every_compat_module_works_on_this_torch() -> None:
-    assert compat.problems() == {}
+    """Except those that declare this torch too old for them (SINCE_TORCH): they stay stock there."""
+    assert {name: why for name, why in compat.problems().items() if not compat.by_design(name)} == {}
 
 
 def test_installed_versions_are_inside_the_gate(monkeypatch: pytest.MonkeyPatch) -> None:

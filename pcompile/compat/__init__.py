@@ -60,6 +60,19 @@ def _run_check(name: str) -> str | None:
     return None
 
 
+def by_design(name: str) -> bool:
+    """True when module `name` declares (SINCE_TORCH) that its check fails on this older torch."""
+    try:
+        import torch
+
+        module = importlib.import_module(f"pcompile.compat.{name}")
+        since = getattr(module, "SINCE_TORCH", None)
+        version = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+    except Exception:
+        return False
+    return since is not None and version < tuple(since)
+
+
 def problems() -> dict[str, str]:
     """{module: reason} for every compat module that does not work here."""
     out: dict[str, str] = {}

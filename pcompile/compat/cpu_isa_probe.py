@@ -26,6 +26,8 @@ from pcompile.compat import CompatError, require_attr
 
 #: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
 CHECKED = {'torch': '2.14.1'}
+#: Older torch: the check fails by design and the feature stays stock (see the docstring).
+SINCE_TORCH = (2, 14)
 
 #: The file `check_build` writes next to a library whose dlopen probe passed.
 LOAD_OK_SUFFIX = ".load_ok"

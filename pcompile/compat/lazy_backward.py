@@ -42,6 +42,8 @@ from pcompile.settings import EAGER_BACKWARD
 
 #: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
 CHECKED = {'torch': '2.14.1, 2.15.0 (2.11.0 read: no _AutogradBackwardCompiler, the check fails and backwards stay lazy)'}
+#: Older torch: the check fails by design and the feature stays stock (see the docstring).
+SINCE_TORCH = (2, 14)
 
 #: Attribute on an `_AutogradBackwardCompiler` pcompile lowered ahead: its first-backward state.
 _STATE = "_pcompile_first_backward"
