@@ -125,3 +125,39 @@ def test_hf_save_pretrained_during_the_warm_loads_back_with_from_pretrained(tmp_
     res = json.loads([ln for ln in out.stdout.splitlines() if ln.startswith("{")][-1])
     assert res["report"]["writes"]["n_placeholder_saves"] >= 1, res["report"]["writes"]
     assert not (job / "ckpt").exists()  # only inside the sandbox
+
+
+CHILD_SCRIPT = """\
+import os, subprocess, sys, torch, torch.nn as nn
+model = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 8)).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+step = torch.compile(lambda x: model(x).sum())
+for i in range(2):
+    step(torch.randn(4, 64, device="cuda")).backward(); opt.step(); opt.zero_grad()
+os.makedirs("ckpt", exist_ok=True)
+torch.save({"model": model.state_dict()}, "ckpt/last.pt")
+child = ("import torch; sd = torch.load('ckpt/last.pt')['model']; "
+         "cpu = torch.load('ckpt/last.pt', map_location='cpu')['model']; "
+         "print('CHILD', sorted((k, tuple(v.shape), str(v.dtype)) for k, v in sd.items()) == "
+         "sorted((k, tuple(v.shape), str(v.dtype)) for k, v in cpu.items()), len(sd), "
+         "sum(float(v.abs().sum()) for v in cpu.values()))")
+r = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True)
+assert r.returncode == 0, r.stderr[-2000:]
+print(r.stdout.strip(), flush=True)
+"""
+
+
+def test_a_child_process_of_the_script_loads_the_checkpoint_the_warm_saved(tmp_path):
+    """An eval step run as its own process (`python eval.py ckpt`) inherits the warm: the placeholder
+    checkpoint loads there too (it raised "record size (0 bytes) does not match expected size")."""
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "train.py").write_text(CHILD_SCRIPT)
+    cmd = [sys.executable, "-m", "pcompile.cli.main", "warm", "train.py", "--target", "h100",
+           "--cache-dir", str(tmp_path / "cache"), "--steps", "all"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=str(job),
+                         env=dict(os.environ, PCOMPILE_PROGRESS="0", PCOMPILE_DISABLE="1"))
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log[-4000:]
+    line = [ln for ln in log.splitlines() if ln.startswith("CHILD ")]
+    assert line == ["CHILD True 4 0.0"], log[-4000:]  # same keys, shapes, dtypes either way; zeros on the CPU

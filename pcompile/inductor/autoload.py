@@ -14,7 +14,7 @@ import os
 import sys
 import warnings
 
-from pcompile.settings import DISABLE, ROUTE
+from pcompile.settings import DISABLE, ROUTE, WARMING
 
 
 def requested() -> bool:
@@ -23,6 +23,8 @@ def requested() -> bool:
 
 def autoload() -> None:
     """Entry point `torch.backends: pcompile`."""
+    if WARMING.get():
+        _read_warm_checkpoints()
     if not requested():
         return
     try:
@@ -43,3 +45,16 @@ def autoload() -> None:
     except Exception as exc:  # never break `import torch`
         warnings.warn(f"pcompile: PCOMPILE=1 could not hook torch.compile ({type(exc).__name__}: {exc}); "
                       "running stock Inductor", RuntimeWarning, stacklevel=2)
+
+
+def _read_warm_checkpoints() -> None:
+    """A process the warmed script started (an eval or export step run as `python eval.py ckpt`)
+    inherits PCOMPILE_WARMING: the checkpoints it loads were saved during the warm as placeholders
+    (compat/warm_checkpoints.py), which only pcompile's reader turns into zeros of the right shapes."""
+    try:
+        from pcompile.compat import warm_checkpoints
+
+        if not warm_checkpoints.check():
+            warm_checkpoints.read_placeholders()
+    except Exception:  # never break `import torch`: the load then fails as it would without pcompile
+        pass
