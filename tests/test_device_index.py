@@ -160,3 +160,19 @@ def test_without_normalisation_rank1_compiles_again(lib: Path, tmp_path: Path) -
     assert not {k for _, k in r1["keys"]} & {k for _, k in r0["keys"]}
     assert r1["counters"]["aot_autograd"].get("autograd_cache_miss") == 1
     assert r1["device_index"]["normalised"] == 0
+
+
+def test_with_programs_rank1_runs_on_its_own_gpu_and_keeps_its_own_program(lib: Path, tmp_path: Path) -> None:
+    """PCOMPILE_PROGRAMS=1 on both ranks of a node: rank 1 hits rank 0's AOTAutograd and FX entries,
+    rebound to cuda:1 (a program's bundled entry skipped the rebinding: its backward returned cuda:0
+    gradients and the job failed), and a restart of each rank runs its own program."""
+    cache = tmp_path / "cache"
+    r0 = run_rank(lib, tmp_path, 0, cache, PCOMPILE_PROGRAMS="1")
+    r1 = run_rank(lib, tmp_path, 1, cache, PCOMPILE_PROGRAMS="1")
+    assert r0["out_device"] == "cuda:0" and r1["out_device"] == "cuda:1"
+    assert r1["grad_devices"] == ["cuda:1"]
+    assert r1["counters"]["aot_autograd"].get("autograd_cache_hit") == 1, r1["counters"]
+    assert r1["device_index"]["rebound"] == 2 and r1["device_index"]["refused"] == 0, r1["device_index"]
+    again = run_rank(lib, tmp_path, 1, cache, PCOMPILE_PROGRAMS="1")
+    assert ["program", "hit"] in again["outcomes"], again["outcomes"]
+    assert again["out_device"] == "cuda:1" and again["grad_devices"] == ["cuda:1"]

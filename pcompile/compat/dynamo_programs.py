@@ -33,13 +33,15 @@ initialize, install, uninstall, code_context, the _RECORDING methods, _innermost
 and source_id_from_fn, PrecompileCacheEntry.from_cache_entry; `_dynamo/precompile_context.py`
 PrecompileContext._backend_artifacts_by_key; `_functorch/_aot_autograd/autograd_cache.py`
 autograd_cache_key (module global, wrapped; `gm._backend_id`, `AOTConfig.precompile_backend_id`
-(2.14)); `_dynamo/bytecode_transformation.py`
+(2.14)), should_bundle_autograd_cache (module global) and AOTAutogradCache.make_entry(compiled_fw_func,
+compiled_bw_func, ...) reading it, the compiled graphs' `_fx_graph_cache_key`; `_dynamo/bytecode_transformation.py`
 _unique_id_counter; `_dynamo/eval_frame.py` `_OptimizeContext.__call__` calling DynamoCache.load(fn)
 with the context as `self`, whose `callback._torchdynamo_orig_backend` is the compile's backend).
 """
 from __future__ import annotations
 
 import contextlib
+import inspect
 import itertools
 import logging
 import re
@@ -89,6 +91,10 @@ def check() -> None:
     from torch._functorch._aot_autograd import autograd_cache, schemas
 
     require_attr(autograd_cache, "autograd_cache_key", "torch._functorch._aot_autograd.autograd_cache")
+    require_attr(autograd_cache, "should_bundle_autograd_cache", "torch._functorch._aot_autograd.autograd_cache")
+    make = require_attr(autograd_cache.AOTAutogradCache, "make_entry", "AOTAutogradCache")
+    if list(inspect.signature(make).parameters)[:2] != ["compiled_fw_func", "compiled_bw_func"]:
+        raise CompatError("AOTAutogradCache.make_entry no longer starts with (compiled_fw_func, compiled_bw_func)")
     if not dataclasses.is_dataclass(schemas.AOTConfig):
         raise CompatError("torch._functorch._aot_autograd.schemas.AOTConfig is no longer a dataclass")
     counter = require_attr(bytecode_transformation, "_unique_id_counter", "torch._dynamo.bytecode_transformation")
@@ -221,6 +227,42 @@ def _aot_keys_as_without_programs() -> None:
     autograd_cache_key._pcompile_programs = True  # type: ignore[attr-defined]
     _saved["aot_key"] = original
     ac.autograd_cache_key = autograd_cache_key
+
+
+def _entries_stay_unbundled() -> None:
+    """With caching_precompile on, AOTAutograd saves "bundled" entries (the compiled graphs inline)
+    instead of entries that name their FX graph entries. Now that both kinds share one key
+    (_aot_keys_as_without_programs), a bundled entry would reach every job: and pcompile rebinds a
+    graph to the asking rank's GPU where FX entries load (compat/device_index.py), which a bundled
+    entry skips: rank 1 ran rank 0's graphs and its backward returned cuda:0 gradients. So the
+    entry stays the plain kind wherever its graphs have FX entries (what torch saves without
+    programs); the program records that same entry as its backend, and its graphs load through FX
+    entries on a restart, rebound. A graph with no FX entry keeps torch's bundled entry."""
+    import inspect
+    import threading
+
+    from torch._functorch._aot_autograd import autograd_cache as ac
+
+    original_should = ac.should_bundle_autograd_cache
+    static = inspect.getattr_static(ac.AOTAutogradCache, "make_entry")
+    make = static.__func__ if isinstance(static, staticmethod) else static
+    plain = threading.local()
+
+    def should_bundle_autograd_cache() -> bool:
+        return False if getattr(plain, "on", False) else original_should()
+
+    def make_entry(compiled_fw_func: Any, compiled_bw_func: Any, *args: Any, **kwargs: Any) -> Any:
+        keyed = getattr(compiled_fw_func, "_fx_graph_cache_key", None) is not None and (
+            compiled_bw_func is None or getattr(compiled_bw_func, "_fx_graph_cache_key", None) is not None)
+        plain.on = keyed
+        try:
+            return make(compiled_fw_func, compiled_bw_func, *args, **kwargs)
+        finally:
+            plain.on = False
+
+    _saved["bundle"] = (original_should, static)
+    ac.should_bundle_autograd_cache = should_bundle_autograd_cache
+    ac.AOTAutogradCache.make_entry = staticmethod(make_entry)
 
 
 def entry_for(cache_entry: Any, loaded_backends: dict[str, Any] | None = None) -> Any:
@@ -457,6 +499,7 @@ def enable(load: Callable[[Any, dict[str, Any] | None], Any], write: Callable[[A
             logging.getLogger(name).addFilter(_saved["quiet"])
         _guards_never_fail_a_compile()
         _aot_keys_as_without_programs()
+        _entries_stay_unbundled()
         klass.initialize = initialize  # type: ignore[method-assign]
         klass.install = install  # type: ignore[method-assign]
         klass.code_context = _guarded_code_context(klass.code_context, on_error)  # type: ignore[method-assign]
@@ -491,6 +534,7 @@ def disable() -> None:
 
     if getattr(ac.autograd_cache_key, "_pcompile_programs", False):  # still ours on top: take it off
         ac.autograd_cache_key = _saved["aot_key"]
+    ac.should_bundle_autograd_cache, ac.AOTAutogradCache.make_entry = _saved["bundle"]
     for key, value in _saved.items():
         if key.startswith("pkg."):
             setattr(package.CompilePackage, key[4:], value)

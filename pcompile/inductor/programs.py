@@ -70,8 +70,29 @@ def options_digest(options: dict[str, Any]) -> str:
     from pcompile.compat import dynamo_programs
 
     configs = dynamo_programs.config_snapshot()
-    text = json.dumps({"options": options, "configs": configs}, sort_keys=True, default=_stable)
+    text = json.dumps({"options": options, "configs": configs, "device": device_context()}, sort_keys=True,
+                      default=_stable)
     return xxhash.xxh3_128_hexdigest(text.encode())
+
+
+def device_context() -> dict[str, Any]:
+    """Which GPU of the node this process compiles for. A program holds its graphs as compiled for
+    that device (FX and AOTAutograd entries are rebound to the asking rank's GPU on load, a
+    program's bundled graphs are not), so rank 1 running rank 0's program computed its gradients
+    on cuda:0 ("returned an invalid gradient ... expected device cuda:1"). Each rank keeps its own.
+    CUDA is not initialised here for it: a process that has not touched CUDA yet is told apart by
+    LOCAL_RANK (torchrun's), as every rank of a node is."""
+    import os
+
+    device = None
+    try:
+        import torch
+
+        if torch.cuda.is_initialized():
+            device = int(torch.cuda.current_device())
+    except Exception:
+        pass
+    return {"cuda_device": device, "local_rank": os.environ.get("LOCAL_RANK")}
 
 
 def _name(sid: str) -> str:
