@@ -33,6 +33,7 @@ MODULES: tuple[str, ...] = (
     "cudnn_version",
     "device_index",
     "dynamo_programs",
+    "programs_aot_entries",
 )
 
 

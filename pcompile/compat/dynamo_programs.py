@@ -31,17 +31,13 @@ Touched (torch 2.14.1 and 2.11.0: `_dynamo/config.py` caching_precompile; `_dyna
 DynamoCache (a DiskDynamoCache: load/write/record_package/path_prefix), CompilePackage (__init__,
 initialize, install, uninstall, code_context, the _RECORDING methods, _innermost_fn, _current_entry)
 and source_id_from_fn, PrecompileCacheEntry.from_cache_entry; `_dynamo/precompile_context.py`
-PrecompileContext._backend_artifacts_by_key; `_functorch/_aot_autograd/autograd_cache.py`
-autograd_cache_key (module global, wrapped; `gm._backend_id`, `AOTConfig.precompile_backend_id`
-(2.14)), should_bundle_autograd_cache (module global) and AOTAutogradCache.make_entry(compiled_fw_func,
-compiled_bw_func, ...) reading it, the compiled graphs' `_fx_graph_cache_key`; `_dynamo/bytecode_transformation.py`
+PrecompileContext._backend_artifacts_by_key; (AOTAutograd's entries under caching precompile: compat/programs_aot_entries.py); `_dynamo/bytecode_transformation.py`
 _unique_id_counter; `_dynamo/eval_frame.py` `_OptimizeContext.__call__` calling DynamoCache.load(fn)
 with the context as `self`, whose `callback._torchdynamo_orig_backend` is the compile's backend).
 """
 from __future__ import annotations
 
 import contextlib
-import inspect
 import itertools
 import logging
 import re
@@ -86,17 +82,6 @@ def check() -> None:
     require_attr(package.PrecompileCacheEntry, "from_cache_entry", "torch._dynamo.package.PrecompileCacheEntry")
     require_attr(precompile_context.PrecompileContext, "_backend_artifacts_by_key",
                  "torch._dynamo.precompile_context.PrecompileContext")
-    import dataclasses
-
-    from torch._functorch._aot_autograd import autograd_cache, schemas
-
-    require_attr(autograd_cache, "autograd_cache_key", "torch._functorch._aot_autograd.autograd_cache")
-    require_attr(autograd_cache, "should_bundle_autograd_cache", "torch._functorch._aot_autograd.autograd_cache")
-    make = require_attr(autograd_cache.AOTAutogradCache, "make_entry", "AOTAutogradCache")
-    if list(inspect.signature(make).parameters)[:2] != ["compiled_fw_func", "compiled_bw_func"]:
-        raise CompatError("AOTAutogradCache.make_entry no longer starts with (compiled_fw_func, compiled_bw_func)")
-    if not dataclasses.is_dataclass(schemas.AOTConfig):
-        raise CompatError("torch._functorch._aot_autograd.schemas.AOTConfig is no longer a dataclass")
     counter = require_attr(bytecode_transformation, "_unique_id_counter", "torch._dynamo.bytecode_transformation")
     if not isinstance(counter, itertools.count):
         raise CompatError("torch._dynamo.bytecode_transformation._unique_id_counter is no longer an itertools.count")
@@ -197,72 +182,6 @@ def _guards_never_fail_a_compile() -> None:
     _saved["guards"] = (init, serialize)
     cls.__init__ = __init__  # type: ignore[method-assign]
     cls.serialize_guards = serialize_guards  # type: ignore[method-assign]
-
-
-def _aot_keys_as_without_programs() -> None:
-    """torch bug (2.11 and 2.14.1): with caching_precompile on, the same graph gets another
-    AOTAutograd key than without it, so a job with programs missed every entry a job or warm
-    without them wrote (and, 2.14, every entry of an earlier job with them). Two causes:
-    - Dynamo sets `gm._backend_id` (a fresh uuid name) early; torch's key clears it to None but the
-      attribute keeps its early place in `gm.__dict__`, which is pickled in insertion order: without
-      programs the field is created at the end. Moved to the end here, the pickles agree.
-    - 2.14 hashes `aot_config.precompile_backend_id` (that uuid again) into the key; it names the
-      program's slot, not anything compiled (torch clears it on save), so it is hashed as None.
-    """
-    import dataclasses
-
-    from torch._functorch._aot_autograd import autograd_cache as ac
-
-    original = ac.autograd_cache_key
-
-    def autograd_cache_key(mod: Any, example_inputs: Any, config: Any, *args: Any, **kwargs: Any) -> Any:
-        gm = getattr(mod, "gm", mod)
-        fields = getattr(gm, "__dict__", None)
-        if fields is not None and "_backend_id" in fields:
-            fields["_backend_id"] = fields.pop("_backend_id")
-        if getattr(config, "precompile_backend_id", None) is not None and dataclasses.is_dataclass(config):
-            config = dataclasses.replace(config, precompile_backend_id=None)
-        return original(mod, example_inputs, config, *args, **kwargs)
-
-    autograd_cache_key._pcompile_programs = True  # type: ignore[attr-defined]
-    _saved["aot_key"] = original
-    ac.autograd_cache_key = autograd_cache_key
-
-
-def _entries_stay_unbundled() -> None:
-    """With caching_precompile on, AOTAutograd saves "bundled" entries (the compiled graphs inline)
-    instead of entries that name their FX graph entries. Now that both kinds share one key
-    (_aot_keys_as_without_programs), a bundled entry would reach every job: and pcompile rebinds a
-    graph to the asking rank's GPU where FX entries load (compat/device_index.py), which a bundled
-    entry skips: rank 1 ran rank 0's graphs and its backward returned cuda:0 gradients. So the
-    entry stays the plain kind wherever its graphs have FX entries (what torch saves without
-    programs); the program records that same entry as its backend, and its graphs load through FX
-    entries on a restart, rebound. A graph with no FX entry keeps torch's bundled entry."""
-    import inspect
-    import threading
-
-    from torch._functorch._aot_autograd import autograd_cache as ac
-
-    original_should = ac.should_bundle_autograd_cache
-    static = inspect.getattr_static(ac.AOTAutogradCache, "make_entry")
-    make = static.__func__ if isinstance(static, staticmethod) else static
-    plain = threading.local()
-
-    def should_bundle_autograd_cache() -> bool:
-        return False if getattr(plain, "on", False) else original_should()
-
-    def make_entry(compiled_fw_func: Any, compiled_bw_func: Any, *args: Any, **kwargs: Any) -> Any:
-        keyed = getattr(compiled_fw_func, "_fx_graph_cache_key", None) is not None and (
-            compiled_bw_func is None or getattr(compiled_bw_func, "_fx_graph_cache_key", None) is not None)
-        plain.on = keyed
-        try:
-            return make(compiled_fw_func, compiled_bw_func, *args, **kwargs)
-        finally:
-            plain.on = False
-
-    _saved["bundle"] = (original_should, static)
-    ac.should_bundle_autograd_cache = should_bundle_autograd_cache
-    ac.AOTAutogradCache.make_entry = staticmethod(make_entry)
 
 
 def entry_for(cache_entry: Any, loaded_backends: dict[str, Any] | None = None) -> Any:
@@ -498,8 +417,9 @@ def enable(load: Callable[[Any, dict[str, Any] | None], Any], write: Callable[[A
         for name in _QUIET_LOGGERS:
             logging.getLogger(name).addFilter(_saved["quiet"])
         _guards_never_fail_a_compile()
-        _aot_keys_as_without_programs()
-        _entries_stay_unbundled()
+        from pcompile.compat import programs_aot_entries
+
+        programs_aot_entries.install()
         klass.initialize = initialize  # type: ignore[method-assign]
         klass.install = install  # type: ignore[method-assign]
         klass.code_context = _guarded_code_context(klass.code_context, on_error)  # type: ignore[method-assign]
@@ -530,11 +450,9 @@ def disable() -> None:
     from torch._dynamo import guards
 
     guards.CheckFunctionManager.__init__, guards.CheckFunctionManager.serialize_guards = _saved["guards"]
-    from torch._functorch._aot_autograd import autograd_cache as ac
+    from pcompile.compat import programs_aot_entries
 
-    if getattr(ac.autograd_cache_key, "_pcompile_programs", False):  # still ours on top: take it off
-        ac.autograd_cache_key = _saved["aot_key"]
-    ac.should_bundle_autograd_cache, ac.AOTAutogradCache.make_entry = _saved["bundle"]
+    programs_aot_entries.uninstall()
     for key, value in _saved.items():
         if key.startswith("pkg."):
             setattr(package.CompilePackage, key[4:], value)

@@ -390,7 +390,7 @@ FEATURES: tuple[Feature, ...] = (
     Feature("backward_ahead", _install_backward_ahead, wanted=_backward_ahead_wanted, checks=("backward_graph",),
             uninstall=_uninstall_backward_graph, when=COMPILE, needs=(ANY_LAYER,),
             warning=("backward_graph", "pcompile: backward graphs compile after their forward in this torch ({reason})")),
-    Feature("programs", _install_programs, wanted=_programs_wanted, checks=("dynamo_programs",),
+    Feature("programs", _install_programs, wanted=_programs_wanted, checks=("dynamo_programs", "programs_aot_entries"),
             uninstall=_uninstall_programs, when=COMPILE, needs=(ANY_LAYER,),
             warning=("programs", "pcompile: restarts trace every frame with Dynamo in this torch ({reason})")),
     Feature("ddp_autograd_cache", _install_ddp_autograd_cache, wanted=lambda: bool(DDP_AUTOGRAD_CACHE.get()),
