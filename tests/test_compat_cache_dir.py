@@ -35,3 +35,17 @@ def test_the_default_is_computed_without_importing_inductor() -> None:
     computed, inductor_imported = first.rsplit(" ", 1)
     assert inductor_imported == "False", out.stdout
     assert computed == second, out.stdout  # the same answer as torch's own import of the module
+
+
+def test_forget_paths_empties_inductors_in_memory_code_caches() -> None:
+    """private_dir.fall_back relies on it: a compile retried in the private dir must not reuse a
+    path under the full cache dir (tests/test_faults.py row full-in-link failed that way)."""
+    import torch._inductor.codecache as codecache
+    import torch._inductor.utils as utils
+
+    from pcompile.compat import cache_dir
+
+    assert callable(getattr(utils, "clear_caches", None))
+    codecache.CppCodeCache.cache["pcompile-test-key"] = object()
+    cache_dir.forget_paths()
+    assert "pcompile-test-key" not in codecache.CppCodeCache.cache

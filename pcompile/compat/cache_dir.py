@@ -12,7 +12,9 @@ PCOMPILE=1 with TORCHINDUCTOR_CACHE_DIR set 1.6-1.9 s here and 3-4 s on the H200
 autoload asks at the end of `import torch`), in processes that never compile too.
 
 Touched (torch 2.14.1 and 2.11.0: `runtime/cache_dir_utils.py` `cache_dir()` setting the
-environment variable, `default_cache_dir()` at 24/22; `_dynamo/package.py` calling it at import).
+environment variable, `default_cache_dir()` at 24/22; `_dynamo/package.py` calling it at import;
+`_inductor/utils.py` `clear_caches()`, which empties the in-memory code caches registered with
+`clear_on_fresh_cache` (CppCodeCache, PyCodeCache, ...): `forget_paths`).
 """
 from __future__ import annotations
 
@@ -59,3 +61,17 @@ def torch_default_dir() -> str | None:
         return os.path.abspath(utils.default_cache_dir())
     except Exception:
         return None
+
+
+def forget_paths() -> None:
+    """Inductor's in-memory code caches map a source to the file it wrote under the cache dir of
+    that moment; after the dir moved (private_dir.py: the cache dir is full), a retried compile
+    would reuse those paths and fail there again ("ld: final link failed: No space left on
+    device"). Emptied, the retry writes under the new dir. Nothing to forget before Inductor's
+    utils are imported."""
+    utils = sys.modules.get("torch._inductor.utils")
+    if utils is None:
+        return
+    clear = getattr(utils, "clear_caches", None)
+    if callable(clear):
+        clear()

@@ -54,6 +54,12 @@ def fall_back(root: Path, code: int, detail: str = "") -> bool:
         os.environ[EVENTS.name] = "0"  # the event log lives in the cache dir too
         os.environ[DISABLE.name] = "1"  # compile workers started from now on run stock
         _private = private
+    try:
+        from pcompile.compat import cache_dir
+
+        cache_dir.forget_paths()  # a retried compile must not reuse files under the old dir
+    except Exception:
+        pass
     _sweep_own_temp_files(root)
     why = f" ({detail})" if detail and detail != os.strerror(code) else ""
     _reason = f"cache dir {root} {diskfault.describe(code)}{why}"
