@@ -29,7 +29,8 @@ def _inductor_key(target: str) -> str:
     return f"cpp:{os.path.basename(target)}"
 
 
-def _materialise(target: str, data: bytes | None) -> bool:
+def materialise(target: str, data: bytes | None, mode: int = 0o755) -> bool:
+    """Put `data` at `target` whole (a temp file renamed into place), or not at all."""
     if not data:
         return False
     directory = os.path.dirname(target) or "."
@@ -38,7 +39,7 @@ def _materialise(target: str, data: bytes | None) -> bool:
         os.makedirs(directory, exist_ok=True)
         with open(tmp, "wb") as handle:
             handle.write(data)
-        os.chmod(tmp, 0o755)
+        os.chmod(tmp, mode)
         os.replace(tmp, target)
         return True
     except OSError:
@@ -81,7 +82,7 @@ def make_wrapper(original: Callable[[str, Sequence[Any]], None]) -> Callable[[st
             _backfill(ikey, target)
             return result
         entry = store_gateway.lookup("cpp", ikey, single_flight=True)
-        if entry is not None and _materialise(target, entry.blobs.get(BLOB)):
+        if entry is not None and materialise(target, entry.blobs.get(BLOB)):
             return None
         t0 = time.perf_counter()
         try:

@@ -23,37 +23,18 @@ import os
 from typing import Any
 
 from pcompile.compat import cpu_isa_probe as compat
-from pcompile.inductor import store_gateway
+from pcompile.inductor import cpp_cache, store_gateway
 from pcompile.settings import DISABLE
 
 LIBRARY, LOAD_OK = "isa_probe", "isa_probe_load"
 BLOB = "lib"
 
 
-def _write(path: str, data: bytes, mode: int) -> bool:
-    """Put `data` at `path` whole (a temp file renamed into place), or not at all."""
-    directory = os.path.dirname(path) or "."
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.pcompile.{os.getpid()}.tmp")
-    try:
-        os.makedirs(directory, exist_ok=True)
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-        return True
-    except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        return False
-
-
 def _fetch(kind: str, name: str, path: str, mode: int) -> bool:
     """Put the stored copy of `name` at `path`; False on a miss."""
     entry = store_gateway.lookup(kind, name, single_flight=False, counted=False)
     data = entry.blobs.get(BLOB) if entry is not None else None
-    return bool(data) and _write(path, data, mode)
+    return cpp_cache.materialise(path, data, mode)
 
 
 def _publish(kind: str, name: str, path: str | None) -> None:
