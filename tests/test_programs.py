@@ -105,6 +105,14 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[st
     return work, cache, first
 
 
+def _job_dir(work: Path) -> Path:
+    """A fresh copy of the job (its script and helper module)."""
+    work.mkdir()
+    (work / "job.py").write_text(SCRIPT)
+    (work / "helper.py").write_text(HELPER)
+    return work
+
+
 def _copy(src: Path, dst: Path) -> Path:
     import shutil
 
@@ -307,10 +315,7 @@ def test_a_job_with_programs_hits_the_entries_a_job_without_them_wrote(tmp_path:
     """torch gives a graph another AOTAutograd key with caching_precompile on (its backend id's
     place in the GraphModule's pickled dict; on 2.14 also the id itself): a job with programs
     missed every entry a warm or job without them wrote. Now it hits them, then saves its program."""
-    work = tmp_path / "w"
-    work.mkdir()
-    (work / "job.py").write_text(SCRIPT)
-    (work / "helper.py").write_text(HELPER)
+    work = _job_dir(tmp_path / "w")
     cache = tmp_path / "c"
     without = _run(work, cache, PCOMPILE_PROGRAMS="0")
     assert without["frames"] >= 1 and without["aot_hits"] == 0, without
@@ -326,10 +331,7 @@ def test_a_program_saved_before_its_backward_was_compiled_is_saved_again_complet
     2.11 always; here PCOMPILE_EAGER_BACKWARD=0), i.e. after the frame's program was first saved:
     that save lacked the graph, and every restart traced the frame again. It is saved again after
     the optimizer step, complete."""
-    work = tmp_path / "w"
-    work.mkdir()
-    (work / "job.py").write_text(SCRIPT)
-    (work / "helper.py").write_text(HELPER)
+    work = _job_dir(tmp_path / "w")
     cache = tmp_path / "c"
     first = _run(work, cache, PCOMPILE_EAGER_BACKWARD="0")
     assert "lacks" not in first["stderr"], first["stderr"][-3000:]
