@@ -67,14 +67,20 @@ step(torch.randn(4, 64, device="cuda", dtype=torch.half)).backward(); opt.step()
 """
 
 
-def test_checkpoints_saved_during_the_warm_load_back(tmp_path):
+def _warm(tmp_path, script: str, json_out: bool, timeout: float):
+    """`pcompile warm train.py --target h100 --steps all` of `script` in a fresh job dir."""
     job = tmp_path / "job"
     job.mkdir()
-    (job / "train.py").write_text(SCRIPT)
+    (job / "train.py").write_text(script)
     cmd = [sys.executable, "-m", "pcompile.cli.main", "warm", "train.py", "--target", "h100",
-           "--cache-dir", str(tmp_path / "cache"), "--json", "--steps", "all"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=str(job),
+           "--cache-dir", str(tmp_path / "cache"), *(["--json"] if json_out else []), "--steps", "all"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=str(job),
                          env=dict(os.environ, PCOMPILE_PROGRESS="0", PCOMPILE_DISABLE="1"))
+    return job, out
+
+
+def test_checkpoints_saved_during_the_warm_load_back(tmp_path):
+    job, out = _warm(tmp_path, SCRIPT, json_out=True, timeout=600)
     log = out.stdout + out.stderr
     assert out.returncode == 0 and "LOADED ALL" in log, log[-4000:]
     size = int(log.split("SIZES ")[1].split()[0])
@@ -113,13 +119,7 @@ def test_hf_save_pretrained_during_the_warm_loads_back_with_from_pretrained(tmp_
     """HF's own round trip (save_pretrained writes safetensors shards from native code, then
     from_pretrained reads the header and maps the data) inside a warm: the placeholder file loads."""
     pytest.importorskip("transformers")
-    job = tmp_path / "job"
-    job.mkdir()
-    (job / "train.py").write_text(HF_SCRIPT)
-    cmd = [sys.executable, "-m", "pcompile.cli.main", "warm", "train.py", "--target", "h100",
-           "--cache-dir", str(tmp_path / "cache"), "--json", "--steps", "all"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=str(job),
-                         env=dict(os.environ, PCOMPILE_PROGRESS="0", PCOMPILE_DISABLE="1"))
+    job, out = _warm(tmp_path, HF_SCRIPT, json_out=True, timeout=900)
     log = out.stdout + out.stderr
     assert out.returncode == 0 and "HF LOADED" in log, log[-4000:]
     res = json.loads([ln for ln in out.stdout.splitlines() if ln.startswith("{")][-1])
@@ -150,13 +150,7 @@ print(r.stdout.strip(), flush=True)
 def test_a_child_process_of_the_script_loads_the_checkpoint_the_warm_saved(tmp_path):
     """An eval step run as its own process (`python eval.py ckpt`) inherits the warm: the placeholder
     checkpoint loads there too (it raised "record size (0 bytes) does not match expected size")."""
-    job = tmp_path / "job"
-    job.mkdir()
-    (job / "train.py").write_text(CHILD_SCRIPT)
-    cmd = [sys.executable, "-m", "pcompile.cli.main", "warm", "train.py", "--target", "h100",
-           "--cache-dir", str(tmp_path / "cache"), "--steps", "all"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=str(job),
-                         env=dict(os.environ, PCOMPILE_PROGRESS="0", PCOMPILE_DISABLE="1"))
+    job, out = _warm(tmp_path, CHILD_SCRIPT, json_out=False, timeout=600)
     log = out.stdout + out.stderr
     assert out.returncode == 0, log[-4000:]
     line = [ln for ln in log.splitlines() if ln.startswith("CHILD ")]
