@@ -2,8 +2,8 @@
 
     python benchmarks/corpus_restart.py [--cases nanogpt_train] [--pairs 3] [--steps 2] [--out DIR]
 
-Per case: the case's data setup once; one cold run of each side fills its own cache dirs (stock:
-Inductor's local caches; pcompile: its store, programs included); then `--pairs` rounds of a hot
+Per case: the case's data setup once; one cold run of each side (`--sides`) fills its own cache
+dirs (stock: Inductor's local caches; pcompile: its store; programs: its store, programs included); then `--pairs` rounds of a hot
 restart of each side on those dirs, the order reversed every other round. Each run is
 `corpus_probe.py`, so "first step" is process start to the end of the first training step (the
 issue's process-wall figure) and `frames` is how many frames Dynamo converted. Prints a markdown
@@ -22,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import corpus_bench as cb  # noqa: E402
 from corpus_cold import PHASES, run_cases  # noqa: E402
 
-SIDES = (("stock", {"PCOMPILE_DISABLE": "1"}), ("pcompile", {"PCOMPILE": "1"}))
+SIDES = {"stock": {"PCOMPILE_DISABLE": "1"}, "pcompile": {"PCOMPILE": "1"},
+         "programs": {"PCOMPILE": "1", "PCOMPILE_PROGRAMS": "1"}}
 
 
 def _probe(case: dict[str, Any], a: argparse.Namespace, root: Path, d: Path, label: str, extra: dict[str, str],
@@ -51,10 +52,11 @@ def run_case(case: dict[str, Any], work: Path, a: argparse.Namespace, root: Path
         if rc:
             res["error"] = f"setup failed ({rc})"
             return res
-    for label, extra in SIDES:
+    sides = [(label, SIDES[label]) for label in a.sides.split(",")]
+    for label, extra in sides:
         res["cold"][label] = _probe(case, a, root, work / label, label, extra, work / label / "cold")
     for i in range(a.pairs):
-        for label, extra in (SIDES if i % 2 == 0 else SIDES[::-1]):
+        for label, extra in (sides if i % 2 == 0 else sides[::-1]):
             res["runs"].setdefault(label, []).append(_probe(case, a, root, work / label, label, extra, work / label / f"hot-{i}"))
     return res
 
@@ -84,6 +86,8 @@ def main() -> int:
     ap.add_argument("--cases", default="nanogpt_train")
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--sides", default="stock,pcompile",
+                    help=f"comma-separated, stock first, of {','.join(SIDES)} (programs: PCOMPILE_PROGRAMS=1 on its own dirs)")
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--small", action="store_true", help="CI-size arguments (checks the harness, measures nothing)")
     ap.add_argument("--out", default="/tmp/corpus-restart")
