@@ -85,11 +85,14 @@ def test_shared_cache_two_nodes_second_hits_every_layer(tmp_path: Path) -> None:
     assert node2["tiers"]["shared"]["hits"] > 0  # node 2 read node 1's entries from the shared tier
 
 
-def _warm_then_check(tmp_path: Path) -> tuple[str, dict[str, str]]:
+def _warm_then_check(tmp_path: Path, target: str | None = None) -> tuple[str, dict[str, str]]:
     """The walkthrough's first two commands, run for real: the warm, then its coverage check
-    (every lookup of a second warm hits). Returns the job's command and the environment."""
+    (every lookup of a second warm hits). Returns the job's command and the environment.
+    `target`: a board to warm for instead of the README's h100 (the GPU the job will run on)."""
     (block,) = rc.bash_blocks("Warm on a CPU host, then the GPU job")
     mapping = {"/mnt/pcompile": str(tmp_path / "shared"), "train.py": "examples/warm_small_gpt.py"}
+    if target is not None:
+        mapping["--target h100"] = f"--target {target}"
     warm, check, job = (_subst(c, mapping) for c in block)
     base = rc.clean_env(PCOMPILE_POOL_IDLE_EXIT="10")
     first = _run(warm, base)
@@ -112,10 +115,14 @@ def test_warm_on_a_cpu_host(tmp_path: Path) -> None:
 @pytest.mark.gpu
 def test_then_the_gpu_job_hits_what_the_warm_wrote(tmp_path: Path) -> None:
     """The GPU half (`pytest -m gpu` on a GPU host): the job, as the README runs it, hits every
-    entry the warm wrote."""
-    job, base = _warm_then_check(tmp_path)
-    _run(job, base)
-    assert _newest_job(tmp_path / "shared" / "cache")["all_hit"]
+    entry the warm wrote, warmed for this very board (the README's h100 would be another
+    board's entries on an H200, which the job rightly does not load)."""
+    board = tmp_path / "board.json"
+    rc.run(f"pcompile profile --out {board}", rc.clean_env())
+    job, base = _warm_then_check(tmp_path, target=str(board))
+    out = _run(job, base)
+    newest = _newest_job(tmp_path / "shared" / "cache")
+    assert newest["all_hit"], (newest, out[-3000:])
 
 
 def test_ray_pool_compiles_the_warms_kernels_on_actors(tmp_path: Path) -> None:
