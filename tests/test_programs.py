@@ -39,6 +39,10 @@ class Net(torch.nn.Module):
     def forward(self, x):
         return self.fc2(act(self.fc1(x)))
 
+if os.environ.get("CASE_WRAPPED") == "1":  # forward wrapped by a decorator of another module
+    from deco import checked
+    Net.forward = checked(Net.forward)
+
 model = Net()
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 options = json.loads(os.environ.get("CASE_OPTIONS", "null"))
@@ -66,6 +70,11 @@ print("RESULT " + json.dumps(out))
 '''
 
 HELPER = "import torch.nn.functional as F\n\ndef act(x):\n    return F.gelu(x)\n"
+#: functools.wraps copies the wrapped function's __module__; the wrapper runs in this module's
+#: globals (as transformers' can_return_tuple around every HF model's forward)
+DECO = ("import functools\n\n_enabled = True\n\n\ndef checked(fn):\n    @functools.wraps(fn)\n"
+        "    def wrapper(self, *args, **kwargs):\n        if not _enabled:\n            raise RuntimeError('off')\n"
+        "        return fn(self, *args, **kwargs)\n    return wrapper\n")
 
 
 def _run(work: Path, cache: Path, **env: str) -> dict[str, Any]:
@@ -106,10 +115,11 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[st
 
 
 def _job_dir(work: Path) -> Path:
-    """A fresh copy of the job (its script and helper module)."""
+    """A fresh copy of the job (its script and helper modules)."""
     work.mkdir()
     (work / "job.py").write_text(SCRIPT)
     (work / "helper.py").write_text(HELPER)
+    (work / "deco.py").write_text(DECO)
     return work
 
 
@@ -238,6 +248,10 @@ class Net(torch.nn.Module):
     def forward(self, x, y):
         return self.loss_function(self.fc(x), y)
 
+if os.environ.get("CASE_WRAPPED") == "1":  # forward wrapped by a decorator of another module
+    from deco import checked
+    Net.forward = checked(Net.forward)
+
 model = Net()
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 compiled = torch.compile(model, backend="pcompile")
@@ -338,3 +352,15 @@ def test_a_program_saved_before_its_backward_was_compiled_is_saved_again_complet
     again = _run(work, cache, PCOMPILE_EAGER_BACKWARD="0", TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "fresh-inductor"))
     assert again["frames"] == 0, again["stderr"][-3000:]
     assert again["losses"] == first["losses"]
+
+
+def test_a_forward_wrapped_by_another_modules_decorator_restarts_without_tracing(tmp_path: Path) -> None:
+    """torch files the program's main code under the wrapped function's module, but the wrapper runs
+    in its own module's globals: the guards were rebuilt over the wrong globals, failed on every
+    restart, and each restart traced the frame again and grew the program by one entry."""
+    work, cache = _job_dir(tmp_path / "work"), tmp_path / "cache"
+    runs = [_run(work, cache, CASE_WRAPPED="1") for _ in range(3)]
+    assert runs[0]["frames"] >= 1, runs[0]
+    assert [r["frames"] for r in runs[1:]] == [0, 0], [r["stderr"][-2000:] for r in runs[1:]]
+    assert runs[1]["losses"] == runs[2]["losses"] == runs[0]["losses"]
+    assert runs[0]["program_lookups"] == ["miss"] and runs[2]["program_lookups"] == ["miss", "hit", "hit"]

@@ -374,7 +374,8 @@ def enable(load: Callable[[Any, dict[str, Any] | None], Any], write: Callable[[A
 
         def initialize(self: Any, fn: Any, dynamo: Any = None, ignore_inlined_sources: bool = False) -> None:
             if dynamo is None:
-                return original_initialize(self, fn, dynamo, ignore_inlined_sources)
+                original_initialize(self, fn, dynamo, ignore_inlined_sources)
+                return _home_module(self)
             try:
                 original_initialize(self, fn, dynamo, ignore_inlined_sources)
             except Exception as exc:  # a changed source (RuntimeError) or anything else torch raises
@@ -382,6 +383,7 @@ def enable(load: Callable[[Any, dict[str, Any] | None], Any], write: Callable[[A
                 original_initialize(self, fn, None, ignore_inlined_sources=False)
                 setattr(self, _FELL_BACK, True)
                 on_error(self, f"initialize: {type(exc).__name__}: {exc}")
+            _home_module(self)
 
         def install(self: Any, backends: Any) -> None:
             if getattr(self, _FELL_BACK, False):
@@ -429,6 +431,23 @@ def enable(load: Callable[[Any, dict[str, Any] | None], Any], write: Callable[[A
         cache.write = write  # type: ignore[method-assign]
         cache.record_package = record_package  # type: ignore[method-assign]
     dconfig.caching_precompile = True
+
+
+def _home_module(pkg: Any) -> None:
+    """Torch bug carried here (2.11-2.15): a package files its main code under `fn.__module__`, which
+    `functools.wraps` copies from the wrapped function, while the code runs in the globals of the
+    module that defined the wrapper. A wrapped forward (transformers' `can_return_tuple`, defined in
+    `transformers.utils.generic`, around `LlamaForCausalLM.forward`) then had its guards rebuilt over
+    the wrong module's globals (`KeyError on G['_is_torch_available']`): every restart failed them,
+    traced the frame again and saved one more entry into the program. The main code is filed under
+    the module whose globals it runs in."""
+    fn = getattr(pkg, "_innermost_fn", None)
+    home = getattr(fn, "__globals__", None)
+    name = home.get("__name__") if isinstance(home, dict) else None
+    module = sys.modules.get(name) if isinstance(name, str) else None
+    entry = getattr(pkg, "_codes", {}).get(getattr(fn, "__code__", None))
+    if module is not None and vars(module) is home and entry is not None and entry.python_module != name:
+        entry.python_module = name
 
 
 def backend_entry(pkg: Any) -> Any:

@@ -37,6 +37,10 @@ from pcompile.warn import warn_once
 KIND = "program"
 CONTEXT_BLOB = "context"
 _MIN_GAP_S = 2.0
+#: In every program's key: bump when what a stored program holds changes meaning (2: a wrapped
+#: function's main code is filed under the module it runs in; programs saved before never pass
+#: their guards and are not looked up again).
+FORMAT = 2
 
 _lock = threading.RLock()
 _digests: dict[str, str] = {}  # source_id -> options digest of this process's torch.compile of it
@@ -70,7 +74,7 @@ def options_digest(options: dict[str, Any]) -> str:
     from pcompile.compat import dynamo_programs
 
     configs = dynamo_programs.config_snapshot()
-    text = json.dumps({"options": options, "configs": configs, "device": device_context()}, sort_keys=True,
+    text = json.dumps({"format": FORMAT, "options": options, "configs": configs, "device": device_context()}, sort_keys=True,
                       default=_stable)
     return xxhash.xxh3_128_hexdigest(text.encode())
 
