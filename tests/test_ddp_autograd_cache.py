@@ -169,5 +169,5 @@ def test_a_lazily_lowered_bucket_below_a_hit_bucket_is_lowered_with_its_own_meta
     assert sum(r["aot"].get("autograd_cache_miss", 0) for r in mixed) >= 1, mixed  # the changed bucket, somewhere
     # every bucket took its own metadata off DDPOptimizer's stack at its first backward, as in stock
     for r in mixed + stock:
-        assert r["ddp_stacks_left"] == [-1], (mixed, stock)
+        assert r["ddp_stacks_left"] and set(r["ddp_stacks_left"]) == {-1}, (mixed, stock)
     _same_training([mixed, stock])
