@@ -219,7 +219,7 @@ PROGRAMS = _declare("PCOMPILE_PROGRAMS", Bool(), False,
 DDP_AUTOGRAD_CACHE = _declare(
     "PCOMPILE_DDP_AUTOGRAD_CACHE", Bool(), True,
     "store and load AOTAutograd entries for DDPOptimizer's bucket-split graphs, which torch's own cache bypasses "
-    "(needs PCOMPILE_EAGER_BACKWARD; `0`: every rank re-traces them on every start, as stock)")
+    "(backward lowered ahead or lazily, so torch 2.11 too; `0`: every rank re-traces them on every start, as stock)")
 BACKWARD_AHEAD = _declare(
     "PCOMPILE_BACKWARD_AHEAD", Bool(), None,
     "ship each region's backward graph to a worker process as soon as AOTAutograd has partitioned it, so it compiles "
