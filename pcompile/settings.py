@@ -213,13 +213,13 @@ PROGRAMS = _declare("PCOMPILE_PROGRAMS", Bool(), False,
                     "`1`: save what Dynamo made of each compiled function (bytecode, guards, compiled graphs) to "
                     "the cache, so a restart runs it without tracing (torch's caching precompile, keyed by the "
                     "torch.compile options and configs; a failing guard or an edited source traces again). Off by "
-                    "default: on the H100 a GPT-2 restart's first step was 0.50x stock hot with it, but it was not "
-                    "re-measured on a GPU since its AOTAutograd keys were made to agree with a warm's (2026-11-28), "
-                    "torch's caching precompile drops ID_MATCH guards, and a warm writes no programs")
+                    "default: on an H200 a GPT-2 restart's first step was 0.45x stock hot with it, nanoGPT's 0.94x "
+                    "and a 2-rank DDP job's 1.03x; a warm writes no programs and torch's caching precompile drops "
+                    "ID_MATCH guards")
 DDP_AUTOGRAD_CACHE = _declare(
     "PCOMPILE_DDP_AUTOGRAD_CACHE", Bool(), True,
     "store and load AOTAutograd entries for DDPOptimizer's bucket-split graphs, which torch's own cache bypasses "
-    "(needs PCOMPILE_EAGER_BACKWARD; `0`: every rank re-traces them on every start, as stock)")
+    "(backward lowered ahead or lazily, so torch 2.11 too; `0`: every rank re-traces them on every start, as stock)")
 BACKWARD_AHEAD = _declare(
     "PCOMPILE_BACKWARD_AHEAD", Bool(), None,
     "ship each region's backward graph to a worker process as soon as AOTAutograd has partitioned it, so it compiles "

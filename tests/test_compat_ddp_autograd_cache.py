@@ -36,17 +36,83 @@ def test_another_torch_minor_keeps_torchs_bypass(monkeypatch):
         dac.check()
 
 
-def test_only_a_ddp_bucket_compile_with_its_backward_lowered_eagerly_is_keyed_apart():
+def test_only_a_ddp_bucket_compile_is_keyed_apart():
     ctx = torch._guards.TracingContext(FakeTensorMode())
-    eager, lazy = types.SimpleNamespace(force_non_lazy_backward_lowering=True), types.SimpleNamespace()
-    assert not dac._ddp_split(ctx, eager)  # not a fakified first call
+    assert not dac._ddp_split(ctx)  # not a fakified first call
     ctx.fakify_first_call = True
-    assert not dac._ddp_split(ctx, eager)  # no DDPOptimizer context
+    assert not dac._ddp_split(ctx)  # no DDPOptimizer context
     ctx.ddp_optimizer_ctx = object()
-    assert dac._ddp_split(ctx, eager)
-    assert not dac._ddp_split(ctx, lazy)  # a lazy backward would pop a neighbour bucket's fw_metadata
+    assert dac._ddp_split(ctx)  # backward lowered ahead or lazily: a hit pops its own metadata
     key = "a" + "x" * 51
     assert dac.ddp_key(key) != key and dac.ddp_key(key) == dac.ddp_key(key) and dac.ddp_key(key).startswith("a")
+
+
+def _stack(*metas):
+    """DDPOptimizer's per-bucket stack as SubmodCompiler leaves it after pushing `metas`."""
+    from torch._dynamo.backends.distributed import DDPOptimizerContext
+
+    ddp = DDPOptimizerContext()
+    for m in metas:
+        ddp.curr_bucket += 1
+        ddp.metadata_per_bucket.append(m)
+    return ddp
+
+
+def _lazy_read(ddp):
+    """What a lazily lowered bucket's first backward reads (AOTAutograd's lazy backward)."""
+    meta = ddp.metadata_per_bucket[ddp.curr_bucket]
+    ddp.curr_bucket -= 1
+    return meta
+
+
+@pytest.mark.parametrize("hit", [0, 1, 2])
+def test_a_hit_bucket_takes_its_own_metadata_so_each_lazy_bucket_reads_its_own(hit):
+    metas = [object(), object(), object()]
+    ddp = _stack(*metas)
+    for bucket in (2, 1, 0):  # backward: last bucket first
+        if bucket == hit:
+            dac._pop_own_metadata(ddp, metas[bucket], lazy=True)
+        else:
+            assert _lazy_read(ddp) is metas[bucket]
+    assert ddp.curr_bucket == -1
+
+
+def test_a_hit_popping_out_of_order_never_changes_what_the_next_lazy_bucket_reads():
+    metas = [object(), object(), object()]
+    ddp = _stack(*metas)
+    dac._pop_own_metadata(ddp, metas[0], lazy=True)  # bucket 0 (hit) ran backward first
+    assert _lazy_read(ddp) is metas[2] and _lazy_read(ddp) is metas[1] and ddp.curr_bucket == -1
+
+
+def test_a_hit_whose_metadata_is_not_on_the_stack_steps_down_only_where_its_miss_would():
+    metas = [object(), object()]
+    ddp = _stack(*metas)
+    dac._pop_own_metadata(ddp, object(), lazy=False)
+    assert ddp.curr_bucket == 1
+    dac._pop_own_metadata(ddp, object(), lazy=True)
+    assert ddp.curr_bucket == 0 and _lazy_read(ddp) is metas[0]
+    dac._pop_own_metadata(ddp, metas[0], lazy=True)  # an empty stack is left alone
+    assert ddp.curr_bucket == -1
+
+
+def test_a_hit_backward_pops_at_its_first_call_only_and_is_called_as_the_original():
+    metas = [object(), object()]
+    ddp = _stack(*metas)
+    calls = []
+
+    def compiled_bw(args):
+        calls.append(list(args))
+        return ["grad"]
+
+    compiled_bw._boxed_call = True
+    entry = types.SimpleNamespace(post_compile=lambda result, fx_config: result, num_symints_saved_for_bw_=0)
+    proxy = dac._FirstBackwardPops(entry, ddp, metas[1], lazy=True)
+    assert proxy.num_symints_saved_for_bw_ == 0
+    fn = proxy.post_compile(compiled_bw, {})
+    assert fn._boxed_call and ddp.curr_bucket == 1  # nothing popped at load
+    assert fn([1]) == ["grad"] and ddp.curr_bucket == 0 and ddp.metadata_per_bucket == [metas[0]]
+    fn([2])  # a retained graph's second backward: popped once, as a lazy bucket lowers once
+    assert ddp.curr_bucket == 0 and calls == [[1], [2]]
 
 
 def test_first_call_fakes_round_trip_with_inductors_strides_and_repeats():

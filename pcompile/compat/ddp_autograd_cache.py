@@ -18,12 +18,25 @@ an entry for the same graph compiled outside DDP never stand in for each other. 
 first call returns fakes rebuilt from that metadata in the tracing fake mode, exactly like
 `FakifiedOutWrapper`, and `fw_metadata` is set as a compile would.
 
-When it stays stock (torch's bypass): a torch minor other than those read (2.11, 2.14); torch
-2.11 in practice (compat/lazy_backward.py cannot lower its backwards ahead safely); the
-backward lowered lazily (`force_non_lazy_backward_lowering` off: DDP's lazy backward pops one
-`fw_metadata` per lazily compiled bucket, and a hit bucket compiles none, so a later bucket
-would read its neighbour's); and no entry is written when the forward outputs are anything but
-plain, static, non-aliasing fakes (symbolic sizes, views, outputs sharing storage, subclasses),
+A lazily lowered backward (torch 2.11, where compat/lazy_backward.py cannot lower backwards
+ahead; `PCOMPILE_EAGER_BACKWARD=0` on 2.14): SubmodCompiler keeps a stack of per-bucket
+`fw_metadata` (`DDPOptimizerContext.metadata_per_bucket`, pushed once per bucket, a hit's too:
+the one `wrap_post_compile` sets), and each lazily lowered bucket's first backward reads the slot
+at `curr_bucket` and steps down (Note [DDPOptimizer and fw_metadata]), so buckets must pop last
+to first, one each. Inductor lowers that backward with those metadata (`bw_donated_idxs`: which
+saved tensors it may overwrite; `static_input_indices`). A hit bucket lowers no backward, so
+left alone it would not pop, and the lazily lowered bucket below it would read the hit's
+metadata. So a hit's backward takes its own metadata off the stack at its first call
+(`_pop_own_metadata`: removed wherever it sits, which never changes what another bucket reads;
+at the top when buckets run backward last to first, the order stock itself relies on). The entry
+of a lazily lowered bucket is written at its first backward, so on a cold start the other rank
+may compile the same bucket meanwhile (single-flight cannot hold a key across the forward): the
+test's cold 2-rank start on 2.11 saves 3 entries for 2 buckets.
+
+When it stays stock (torch's bypass): a torch minor other than those read (2.11, 2.14), or one
+where the per-bucket stack moved (`_check_lazy_backward_stack`); and no entry is written when the
+forward outputs are anything but plain, static, non-aliasing fakes (symbolic sizes, views, outputs
+sharing storage, subclasses),
 or the graph has effect tokens, functionalized RNG or subclass inputs (wrappers whose order
 around the fakified call would differ on a hit). A hit whose metadata cannot be rebuilt is a miss.
 
@@ -37,7 +50,12 @@ compiles); `torch._functorch._aot_autograd.runtime_wrappers.FakifiedOutWrapper` 
 which calls `self.compiled_fw.load(args)` then `self.compiled_fw.post_compile(fn, fx_config)`;
 fields `compiled_fw`, `runtime_metadata`, `maybe_subclass_meta`); `torch._guards.TracingContext`
 (`fakify_first_call`, `ddp_optimizer_ctx`, `fw_metadata`, `fake_mode`); `ViewAndMutationMeta`
-(`tokens`, `is_rng_op_functionalized`, `num_graphsafe_rng_states`, 2.14's `act_input_paths`).
+(`tokens`, `is_rng_op_functionalized`, `num_graphsafe_rng_states`, 2.14's `act_input_paths`);
+`torch._dynamo.backends.distributed.DDPOptimizerContext` (`metadata_per_bucket`, `curr_bucket`;
+pushed in `SubmodCompiler.run_node`, popped by the lazy backward: 2.11's
+`AOTDispatchAutograd.post_compile` `_backward_impl`, 2.14's
+`_AutogradBackwardCompiler._prepare_lazy_backward_context`), and the hit's backward callable
+(`compiled_bw.post_compile(...)` in `GenericAOTAutogradResult`, 2.14's `_load_and_post_compile`).
 """
 from __future__ import annotations
 
@@ -118,6 +136,29 @@ def check() -> None:
             raise CompatError(f"ViewAndMutationMeta.{name} is missing")
     if "self.is_rng_op_functionalized" not in inspect.getsource(ViewAndMutationMeta.__post_init__):
         raise CompatError("ViewAndMutationMeta.__post_init__ no longer sets is_rng_op_functionalized")
+    _check_lazy_backward_stack(rw, generic)
+
+
+def _check_lazy_backward_stack(rw: Any, generic: Any) -> None:
+    """What `_pop_own_metadata` mirrors: SubmodCompiler pushes the tracing context's fw_metadata
+    per bucket, a lazily lowered backward reads `metadata_per_bucket[curr_bucket]` and steps
+    down, and a hit's backward is the callable `compiled_bw.post_compile` returns."""
+    from torch._dynamo.backends import distributed
+
+    ddp_ctx = require_attr(distributed, "DDPOptimizerContext", "torch._dynamo.backends.distributed")()
+    if not isinstance(getattr(ddp_ctx, "metadata_per_bucket", None), list) or getattr(ddp_ctx, "curr_bucket", None) != -1:
+        raise CompatError("DDPOptimizerContext no longer starts with metadata_per_bucket=[] and curr_bucket=-1")
+    sources = {
+        "SubmodCompiler.run_node": (inspect.getsource(distributed.SubmodCompiler.run_node),
+                                    ("ddp_ctx.curr_bucket += 1", "metadata_per_bucket.append(tracing_ctx.fw_metadata)")),
+        "AOTAutograd's lazy backward": (inspect.getsource(rw),
+                                        ("ddp_ctx.metadata_per_bucket[", "ddp_ctx.curr_bucket -= 1")),
+        "GenericAOTAutogradResult": (inspect.getsource(generic), ("self.compiled_bw.post_compile(",)),
+    }
+    for where, (source, needles) in sources.items():
+        for needle in needles:
+            if needle not in source:
+                raise CompatError(f"{where} no longer contains `{needle}`: DDP's per-bucket fw_metadata stack moved")
 
 
 # ---- which compiles are DDP split graphs ------------------------------------------------------
@@ -128,11 +169,11 @@ def _tracing_context() -> Any:
     return torch._guards.TracingContext.try_get()
 
 
-def _ddp_split(ctx: Any, aot_config: Any) -> bool:
-    """SubmodCompiler is compiling a bucket, and its backward is lowered with its forward."""
+def _ddp_split(ctx: Any) -> bool:
+    """SubmodCompiler is compiling a bucket (its backward lowered ahead or lazily: a hit pops its
+    own per-bucket metadata at its first backward, see `_pop_own_metadata`)."""
     return (ctx is not None and bool(getattr(ctx, "fakify_first_call", False))
-            and getattr(ctx, "ddp_optimizer_ctx", None) is not None
-            and bool(getattr(aot_config, "force_non_lazy_backward_lowering", False)))
+            and getattr(ctx, "ddp_optimizer_ctx", None) is not None)
 
 
 def _is_ddp_key(key: str) -> bool:
@@ -264,7 +305,7 @@ def install() -> None:
     def key_fn(orig: Callable[..., Any]) -> Callable[..., Any]:
         def autograd_cache_key(mod: Any, example_inputs: Any, config: Any, *args: Any, **kwargs: Any) -> Any:
             ctx = _tracing_context()
-            if not _ddp_split(ctx, config):
+            if not _ddp_split(ctx):
                 return orig(mod, example_inputs, config, *args, **kwargs)
             ctx.fakify_first_call = False  # torch's only objection; what it guards is handled here
             try:
@@ -314,7 +355,7 @@ def install() -> None:
     def wrap_post_compile(orig: Callable[..., Any]) -> Callable[..., Any]:
         def wrapped(self: Any, args: Any, aot_config: Any, fx_config: Any) -> Any:
             ctx = _tracing_context()
-            if not _ddp_split(ctx, aot_config):
+            if not _ddp_split(ctx):
                 return orig(self, args, aot_config, fx_config)
             described = getattr(self, FIELD, None)
             fakes = None
@@ -322,12 +363,15 @@ def install() -> None:
                 fakes = rebuild_outputs(described, getattr(ctx, "fake_mode", None), list(args))
             if fakes is None:
                 raise ac.FXGraphCacheMiss("DDP split graph entry without rebuildable first-call fakes")
-            compiled_fw = self.compiled_fw
+            compiled_fw, compiled_bw = self.compiled_fw, self.compiled_bw
             self.compiled_fw = _FirstCallFakes(compiled_fw, fakes)
+            if compiled_bw is not None:
+                lazy = not getattr(aot_config, "force_non_lazy_backward_lowering", False)
+                self.compiled_bw = _FirstBackwardPops(compiled_bw, ctx.ddp_optimizer_ctx, self.runtime_metadata, lazy)
             try:
                 fn = orig(self, args, aot_config, fx_config)
             finally:
-                self.compiled_fw = compiled_fw
+                self.compiled_fw, self.compiled_bw = compiled_fw, compiled_bw
             ctx.fw_metadata = self.runtime_metadata  # as the forward compile sets it (no subclasses)
             return fn
         return wrapped
@@ -367,6 +411,57 @@ def _fakified_first_call(compiled_fn: Callable[..., Any], fakes: list[Any]) -> C
         return compiled_fn(runtime_args)
 
     return wrapper
+
+
+class _FirstBackwardPops:
+    """The entry's compiled backward, whose first call takes this bucket's `fw_metadata` off
+    DDPOptimizer's per-bucket stack (`_pop_own_metadata`), where a lazily lowered backward would
+    take it: at its first call."""
+
+    def __init__(self, compiled_bw: Any, ddp_ctx: Any, meta: Any, lazy: bool) -> None:
+        self._compiled_bw, self._ddp_ctx, self._meta, self._lazy = compiled_bw, ddp_ctx, meta, lazy
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._compiled_bw, name)
+
+    def post_compile(self, result: Any, fx_config: Any) -> Any:
+        compiled_fn = self._compiled_bw.post_compile(result, fx_config)
+        ddp_ctx, meta, lazy = self._ddp_ctx, self._meta, self._lazy
+        first = True
+
+        @functools.wraps(compiled_fn)  # keeps `_boxed_call`: torch calls it as it calls the original
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            nonlocal first
+            if first:
+                first = False
+                _pop_own_metadata(ddp_ctx, meta, lazy)
+            return compiled_fn(*args, **kwargs)
+
+        return backward
+
+
+def _pop_own_metadata(ddp_ctx: Any, meta: Any, lazy: bool) -> None:
+    """Leave `DDPOptimizerContext` as this bucket's miss would leave it at its first backward.
+
+    SubmodCompiler pushes one `fw_metadata` per bucket (`metadata_per_bucket`, `curr_bucket` at
+    the top; a hit pushes the entry's, which `wrap_post_compile` set). A lazily lowered bucket's
+    first backward reads the slot at `curr_bucket` and steps down, so buckets must pop last to
+    first, one each. A hit compiles no backward: unless it popped too, the next lazily lowered
+    bucket below it would be lowered with the hit's metadata (its donated buffers, static inputs).
+    The hit's own metadata is removed wherever it sits below the top (at the top when buckets run
+    backward last to first, as stock assumes), which never changes what another bucket reads; were
+    it not on the stack, the hit steps down only if its miss would have (lazily lowered)."""
+    metas = getattr(ddp_ctx, "metadata_per_bucket", None)
+    top = getattr(ddp_ctx, "curr_bucket", -1)
+    if not isinstance(metas, list) or not 0 <= top < len(metas):
+        return
+    for i in range(top, -1, -1):
+        if metas[i] is meta:
+            del metas[i]
+            ddp_ctx.curr_bucket = top - 1
+            return
+    if lazy:
+        ddp_ctx.curr_bucket = top - 1
 
 
 def uninstall() -> None:
