@@ -248,10 +248,6 @@ class Net(torch.nn.Module):
     def forward(self, x, y):
         return self.loss_function(self.fc(x), y)
 
-if os.environ.get("CASE_WRAPPED") == "1":  # forward wrapped by a decorator of another module
-    from deco import checked
-    Net.forward = checked(Net.forward)
-
 model = Net()
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 compiled = torch.compile(model, backend="pcompile")
