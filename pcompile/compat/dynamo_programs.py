@@ -29,7 +29,8 @@ a fresh package (Dynamo traces the function) instead.
 
 Touched (torch 2.14.1 and 2.11.0: `_dynamo/config.py` caching_precompile; `_dynamo/package.py`
 DynamoCache (a DiskDynamoCache: load/write/record_package/path_prefix), CompilePackage (__init__,
-initialize, install, uninstall, code_context, the _RECORDING methods, _innermost_fn, _current_entry)
+initialize, install, uninstall, code_context, the _RECORDING methods, _innermost_fn, _current_entry,
+_codes and its entries' python_module)
 and source_id_from_fn, PrecompileCacheEntry.from_cache_entry; `_dynamo/precompile_context.py`
 PrecompileContext._backend_artifacts_by_key; (AOTAutograd's entries under caching precompile: compat/programs_aot_entries.py); `_dynamo/bytecode_transformation.py`
 _unique_id_counter; `_dynamo/eval_frame.py` `_OptimizeContext.__call__` calling DynamoCache.load(fn)
