@@ -145,6 +145,10 @@ def test_outputs_a_rebuild_could_not_reproduce_store_nothing(case):
     if case == "not_fake":
         outs = [torch.empty(1)]
     assert dac.describe_outputs(outs, None, inputs=[inp]) is None
+    described, why = dac.describe(outs, None, inputs=[inp])  # said, not silent (nanoGPT's buckets: views)
+    assert described is None
+    assert {"view": "is a view", "shared_storage": "shares storage", "aliases_an_input": "shares storage",
+            "not_fake": "not a plain fake"}[case] in why
 
 
 def test_a_recorded_gpu_maps_to_this_ranks_gpu_and_mismatched_devices_refuse():

@@ -360,3 +360,44 @@ def test_a_forward_wrapped_by_another_modules_decorator_restarts_without_tracing
     assert [r["frames"] for r in runs[1:]] == [0, 0], [r["stderr"][-2000:] for r in runs[1:]]
     assert runs[1]["losses"] == runs[2]["losses"] == runs[0]["losses"]
     assert runs[0]["program_lookups"] == ["miss"] and runs[2]["program_lookups"] == ["miss", "hit", "hit"]
+
+
+GROWING = r'''
+import json, os
+import torch
+torch._dynamo.config.recompile_limit = 2
+SCALE = int(os.environ["CASE_SCALE"])  # a Python constant Dynamo guards on: another value each run
+
+@torch.compile(backend="pcompile")
+def f(x):
+    return (x * SCALE).sin()
+
+x = torch.randn(8)
+err = float((f(x) - (x * SCALE).sin()).abs().max())
+from torch._dynamo.utils import counters
+print("RESULT " + json.dumps({"losses": [err], "frames": int(counters["frames"]["total"]), "aot_hits": 0}))
+'''
+
+
+def _program_frames(cache: Path) -> list[int]:
+    """The frame count each stored program's manifest records."""
+    out = []
+    for manifest in (cache / "store" / "manifests" / "program").rglob("*.json"):
+        out.append(int(json.loads(manifest.read_text())["meta"]["frames"]))
+    return out
+
+
+def test_a_program_whose_guards_fail_on_every_restart_stays_within_the_recompile_limit(tmp_path: Path) -> None:
+    """Each restart fails the stored entries' guards, traces the frame and saves one more entry: the
+    program grew by one per restart without end (and each restart checked every stale guard first).
+    It keeps the newest `recompile_limit` entries of a code, as Dynamo does within one process."""
+    work, cache = tmp_path / "w", tmp_path / "c"
+    work.mkdir()
+    (work / "job.py").write_text(GROWING)
+    runs = [_run(work, cache, CASE_SCALE=str(scale)) for scale in (2, 3, 4, 5)]
+    assert all(r["frames"] == 1 and r["losses"][0] < 1e-6 for r in runs), runs
+    assert _program_frames(cache) == [2], _program_frames(cache)
+    again = _run(work, cache, CASE_SCALE="5")  # the newest entry is kept and still runs without tracing
+    assert again["frames"] == 0 and again["losses"][0] < 1e-6, again["stderr"][-3000:]
+    older = _run(work, cache, CASE_SCALE="2")  # dropped: traced again, never a wrong result
+    assert older["frames"] == 1 and older["losses"][0] < 1e-6, older

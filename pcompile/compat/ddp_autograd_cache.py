@@ -79,6 +79,29 @@ FIELD = "_pcompile_ddp_fake_outs"
 _lock = threading.Lock()
 _ddp_keys: set[str] = set()  # AOTAutograd keys computed for DDP-split graphs in this process
 _pending: dict[str, list[Any]] = {}  # such a key -> its first-call fakes, from its compile to its save
+_refused: dict[str, str] = {}  # such a key -> why its fakes cannot be stored, from its compile to its save
+#: why -> how many DDP-split graphs of this process were left to torch's bypass for it
+not_stored: dict[str, int] = {}
+
+
+def _not_stored(why: str) -> None:
+    """Counted (`not_stored`), said once per reason, and recorded as a `ddp_entry_bypass` event in
+    the job's log: a restart re-traces this bucket as stock does."""
+    import time
+
+    with _lock:
+        not_stored[why] = not_stored.get(why, 0) + 1
+    try:
+        from pcompile.events import emit
+        from pcompile.warn import warn_once
+
+        warn_once("ddp-entry-not-stored", f"pcompile: a DDP bucket's AOTAutograd entry is not stored ({why}): "
+                  "a restart re-traces that bucket, as stock torch does for every bucket")
+        emit("ddp_entry_bypass", time.time(), 0.0, reason=why)
+    except Exception:
+        pass
+
+
 _installed: dict[str, Any] = {}  # "owner.attr" -> original, while installed
 
 
@@ -192,6 +215,11 @@ def ddp_key(key: str) -> str:
 
 def describe_outputs(out_metas: list[Any], strides: list[Any] | None,
                      inputs: list[Any] = ()) -> list[Any] | None:
+    return describe(out_metas, strides, inputs)[0]
+
+
+def describe(out_metas: list[Any], strides: list[Any] | None,
+             inputs: list[Any] = ()) -> tuple[list[Any] | None, str]:
     """Plain metadata of the fakified outputs, or None when any of them is not a plain, static,
     non-aliasing fake tensor (then nothing is stored). `strides` are Inductor's output strides,
     applied on rebuild as FakifiedOutWrapper applies them (an `as_strided` view); `inputs` the
@@ -211,25 +239,25 @@ def describe_outputs(out_metas: list[Any], strides: list[Any] | None,
             out.append(("value", meta))
             continue
         if type(meta) is not FakeTensor:
-            return None
+            return None, f"output {i} is a {type(meta).__name__}, not a plain fake tensor"
         if id(meta) in seen:  # the same tensor twice (a user output also saved for backward)
             out.append(("same", seen[id(meta)]))
             continue
         if meta._is_view() or meta.layout != torch.strided or meta.storage_offset() != 0:
-            return None
+            return None, f"output {i} is a view or not a dense tensor"
         final = strides[i] if strides and i < len(strides) and strides[i] is not None else None
         fields = (*meta.shape, *meta.stride(), *(final or ()))
         if not all(type(v) is int for v in fields):
-            return None  # symbolic: torch's bypass stands
+            return None, f"output {i} has symbolic sizes"  # torch's bypass stands
         storage = StorageWeakRef(meta.untyped_storage())
         if storage in storages or (storage in input_storages and id(meta) not in input_ids):
-            return None
+            return None, f"output {i} shares storage with another output or an input"
         storages.add(storage)
         seen[id(meta)] = i
         final = None if final is None or tuple(final) == tuple(meta.stride()) else tuple(final)
         out.append(("tensor", tuple(meta.shape), tuple(meta.stride()), final, str(meta.dtype),
                     str(meta.device), bool(meta.requires_grad)))
-    return out
+    return out, ""
 
 
 def _device_map(described: list[Any], args: list[Any]) -> dict[str, str] | None:
@@ -332,11 +360,14 @@ def install() -> None:
             info = getattr(aot_config, "cache_info", None)
             if info is not None and _is_ddp_key(info.cache_key) and self.needs_post_compile:
                 meta = kwargs.get("runtime_metadata")
-                described = describe_outputs(list(self.out_metas), self.fwd_output_strides,
-                                             getattr(self, "_pcompile_inputs", ()))
+                described, why = describe(list(self.out_metas), self.fwd_output_strides,
+                                          getattr(self, "_pcompile_inputs", ()))
                 if described is not None and meta is not None and _plain_wrappers(meta, None):
                     with _lock:
                         _pending[info.cache_key] = described
+                else:
+                    with _lock:
+                        _refused[info.cache_key] = why or "its runtime wrappers are not plain (effect tokens, RNG, subclasses)"
             return orig(self, compiled_fn, aot_config, **kwargs)
         return wrapped
 
@@ -346,7 +377,9 @@ def install() -> None:
                 return orig(key, entry, remote)
             with _lock:
                 described = _pending.pop(key, None)
+                why = _refused.pop(key, "its first call's outputs were not seen")
             if described is None or not _plain_wrappers(entry.runtime_metadata, entry.maybe_subclass_meta):
+                _not_stored(why if described is None else "its runtime wrappers are not plain (effect tokens, RNG, subclasses)")
                 return None  # torch's bypass stands for this graph: nothing a hit could rebuild
             setattr(entry, FIELD, described)
             return orig(key, entry, remote)
