@@ -80,7 +80,7 @@ _lock = threading.Lock()
 _ddp_keys: set[str] = set()  # AOTAutograd keys computed for DDP-split graphs in this process
 _pending: dict[str, list[Any]] = {}  # such a key -> its first-call fakes, from its compile to its save
 _refused: dict[str, str] = {}  # such a key -> why its fakes cannot be stored, from its compile to its save
-#: why -> how many DDP-split graphs of this process were left to torch's bypass for it
+#: why -> how many DDP-split bucket compiles of this process were left to torch's bypass for it
 not_stored: dict[str, int] = {}
 
 
@@ -375,9 +375,9 @@ def install() -> None:
         def wrapped(key: str, entry: Any, remote: bool) -> Any:
             if not _is_ddp_key(key):
                 return orig(key, entry, remote)
-            with _lock:
-                described = _pending.pop(key, None)
-                why = _refused.pop(key, "its first call's outputs were not seen")
+            with _lock:  # kept, not popped: two buckets may be one graph (one key, saved twice)
+                described = _pending.get(key)
+                why = _refused.get(key, "its first call's outputs were not seen")
             if described is None or not _plain_wrappers(entry.runtime_metadata, entry.maybe_subclass_meta):
                 _not_stored(why if described is None else "its runtime wrappers are not plain (effect tokens, RNG, subclasses)")
                 return None  # torch's bypass stands for this graph: nothing a hit could rebuild
