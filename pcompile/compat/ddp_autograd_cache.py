@@ -84,22 +84,16 @@ _refused: dict[str, str] = {}  # such a key -> why its fakes cannot be stored, f
 not_stored: dict[str, int] = {}
 
 
-def _not_stored(why: str) -> None:
-    """Counted (`not_stored`), said once per reason, and recorded as a `ddp_entry_bypass` event in
-    the job's log: a restart re-traces this bucket as stock does."""
-    import time
+#: Told each refusal (installed by inductor/features.py, which names it: compat imports no higher layer).
+on_not_stored: Callable[[str], None] | None = None
 
+
+def _not_stored(why: str) -> None:
+    """Counted and told: a restart re-traces this bucket as stock does."""
     with _lock:
         not_stored[why] = not_stored.get(why, 0) + 1
-    try:
-        from pcompile.events import emit
-        from pcompile.warn import warn_once
-
-        warn_once("ddp-entry-not-stored", f"pcompile: a DDP bucket's AOTAutograd entry is not stored ({why}): "
-                  "a restart re-traces that bucket, as stock torch does for every bucket")
-        emit("ddp_entry_bypass", time.time(), 0.0, reason=why)
-    except Exception:
-        pass
+    if on_not_stored is not None:
+        on_not_stored(why)
 
 
 _installed: dict[str, Any] = {}  # "owner.attr" -> original, while installed
@@ -213,15 +207,10 @@ def ddp_key(key: str) -> str:
 
 # ---- what is stored: the forward outputs' fakes as plain metadata -------------------------------
 
-def describe_outputs(out_metas: list[Any], strides: list[Any] | None,
-                     inputs: list[Any] = ()) -> list[Any] | None:
-    return describe(out_metas, strides, inputs)[0]
-
-
 def describe(out_metas: list[Any], strides: list[Any] | None,
              inputs: list[Any] = ()) -> tuple[list[Any] | None, str]:
-    """Plain metadata of the fakified outputs, or None when any of them is not a plain, static,
-    non-aliasing fake tensor (then nothing is stored). `strides` are Inductor's output strides,
+    """Plain metadata of the fakified outputs, or None and why when any of them is not a plain,
+    static, non-aliasing fake tensor (then nothing is stored). `strides` are Inductor's output strides,
     applied on rebuild as FakifiedOutWrapper applies them (an `as_strided` view); `inputs` the
     forward graph's placeholder values: an output may be one of them (a primal saved for
     backward) but may not share storage with one otherwise."""

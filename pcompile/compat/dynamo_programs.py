@@ -31,9 +31,7 @@ Touched (torch 2.14.1 and 2.11.0: `_dynamo/config.py` caching_precompile; `_dyna
 DynamoCache (a DiskDynamoCache: load/write/record_package/path_prefix), CompilePackage (__init__,
 initialize, install, uninstall, code_context, the _RECORDING methods, _innermost_fn, _current_entry,
 _codes and its entries' python_module)
-and source_id_from_fn, _DynamoCodeCacheEntry.guarded_codes/backend_ids, _GuardedCodeCacheEntry.dynamo_code,
-SerializedCode.co_names, config.recompile_limit (a program's growth cap: _newest)
-and PrecompileCacheEntry.from_cache_entry; `_dynamo/precompile_context.py`
+and source_id_from_fn, PrecompileCacheEntry.from_cache_entry; `_dynamo/precompile_context.py`
 PrecompileContext._backend_artifacts_by_key; (AOTAutograd's entries under caching precompile: compat/programs_aot_entries.py); `_dynamo/bytecode_transformation.py`
 _unique_id_counter; `_dynamo/eval_frame.py` `_OptimizeContext.__call__` calling DynamoCache.load(fn)
 with the context as `self`, whose `callback._torchdynamo_orig_backend` is the compile's backend).
@@ -85,16 +83,6 @@ def check() -> None:
     require_attr(package.PrecompileCacheEntry, "from_cache_entry", "torch._dynamo.package.PrecompileCacheEntry")
     require_attr(precompile_context.PrecompileContext, "_backend_artifacts_by_key",
                  "torch._dynamo.precompile_context.PrecompileContext")
-    require_attr(dconfig, "recompile_limit", "torch._dynamo.config")
-    fields = getattr(package._DynamoCodeCacheEntry, "__dataclass_fields__", {})
-    for name in ("guarded_codes", "backend_ids"):
-        if name not in fields:
-            raise CompatError(f"torch._dynamo.package._DynamoCodeCacheEntry has no field {name!r}")
-    if "dynamo_code" not in getattr(package._GuardedCodeCacheEntry, "__dataclass_fields__", {}):
-        raise CompatError("torch._dynamo.package._GuardedCodeCacheEntry has no field 'dynamo_code'")
-    require_attr(package.SerializedCode, "from_code_object", "torch._dynamo.package.SerializedCode")
-    if "co_names" not in getattr(package.SerializedCode, "__dataclass_fields__", {}):
-        raise CompatError("torch._dynamo.package.SerializedCode has no field 'co_names'")
     counter = require_attr(bytecode_transformation, "_unique_id_counter", "torch._dynamo.bytecode_transformation")
     if not isinstance(counter, itertools.count):
         raise CompatError("torch._dynamo.bytecode_transformation._unique_id_counter is no longer an itertools.count")
@@ -210,35 +198,12 @@ def entry_for(cache_entry: Any, loaded_backends: dict[str, Any] | None = None) -
     from torch._dynamo.package import PrecompileCacheEntry
     from torch._dynamo.precompile_context import PrecompileContext
 
+    from pcompile.compat import program_growth
+
     backends = {**(loaded_backends or {}), **PrecompileContext._backend_artifacts_by_key}
     cache_entry = copy.copy(cache_entry)
-    cache_entry.codes = [_newest(copy.copy(code)) for code in cache_entry.codes]
+    cache_entry.codes = [program_growth.newest(copy.copy(code)) for code in cache_entry.codes]
     return PrecompileCacheEntry.from_cache_entry(cache_entry, backends)
-
-
-def _newest(code: Any) -> Any:
-    """A code entry with at most Dynamo's `recompile_limit` guarded entries, the newest (torch
-    appends). Why: a loaded entry whose guards fail on every restart (a global constant that changes
-    per run) is followed by a new trace, and the program grew by one entry per restart without end.
-    Backend ids of dropped entries are dropped too, where each id is named by some entry's bytecode
-    (else all are kept: the program is larger, never missing a graph)."""
-    import torch._dynamo.config as dconfig
-
-    limit = max(1, int(getattr(dconfig, "recompile_limit", 8)))
-    guarded = list(getattr(code, "guarded_codes", ()) or ())
-    if len(guarded) <= limit:
-        return code
-    kept = guarded[-limit:]
-
-    def names(entries: list[Any]) -> set[str]:
-        return {str(n) for e in entries for n in (getattr(e.dynamo_code, "co_names", ()) or ())}
-
-    code.guarded_codes = kept
-    ids = list(code.backend_ids)
-    if {str(b) for b in ids} <= names(guarded):
-        kept_names = names(kept)
-        code.backend_ids = [b for b in ids if str(b) in kept_names]
-    return code
 
 
 def missing_backends(program: Any) -> list[str]:

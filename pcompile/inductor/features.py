@@ -341,7 +341,20 @@ def _install_ddp_autograd_cache(ctx: Context) -> Any:
     """AOTAutograd entries for DDPOptimizer's split graphs, which torch bypasses (compat/ddp_autograd_cache.py)."""
     from pcompile.compat import ddp_autograd_cache
 
+    ddp_autograd_cache.on_not_stored = _ddp_entry_not_stored
     ddp_autograd_cache.install()
+
+
+def _ddp_entry_not_stored(why: str) -> None:
+    """Named once per process, and an event per bucket in the job's log."""
+    import time
+
+    from pcompile.events import emit
+    from pcompile.warn import warn_once
+
+    warn_once("ddp-entry-not-stored", f"pcompile: a DDP bucket's AOTAutograd entry is not stored ({why}): "
+              "a restart re-traces that bucket, as stock torch does for every bucket")
+    emit("ddp_entry_bypass", time.time(), 0.0, reason=why)
 
 
 def _uninstall_ddp_autograd_cache() -> None:
@@ -390,7 +403,7 @@ FEATURES: tuple[Feature, ...] = (
     Feature("backward_ahead", _install_backward_ahead, wanted=_backward_ahead_wanted, checks=("backward_graph",),
             uninstall=_uninstall_backward_graph, when=COMPILE, needs=(ANY_LAYER,),
             warning=("backward_graph", "pcompile: backward graphs compile after their forward in this torch ({reason})")),
-    Feature("programs", _install_programs, wanted=_programs_wanted, checks=("dynamo_programs", "programs_aot_entries"),
+    Feature("programs", _install_programs, wanted=_programs_wanted, checks=("dynamo_programs", "programs_aot_entries", "program_growth"),
             uninstall=_uninstall_programs, when=COMPILE, needs=(ANY_LAYER,),
             warning=("programs", "pcompile: restarts trace every frame with Dynamo in this torch ({reason})")),
     Feature("ddp_autograd_cache", _install_ddp_autograd_cache, wanted=lambda: bool(DDP_AUTOGRAD_CACHE.get()),
