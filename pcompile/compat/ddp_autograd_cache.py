@@ -78,8 +78,10 @@ FIELD = "_pcompile_ddp_fake_outs"
 
 _lock = threading.Lock()
 _ddp_keys: set[str] = set()  # AOTAutograd keys computed for DDP-split graphs in this process
-_pending: dict[str, list[Any]] = {}  # such a key -> its first-call fakes, from its compile to its save
-_refused: dict[str, str] = {}  # such a key -> why its fakes cannot be stored, from its compile to its save
+#: such a key -> its first-call fakes, or None and why they cannot be stored (kept for every save of
+#: the key: two buckets may be one graph)
+_first_calls: dict[str, tuple[list[Any] | None, str]] = {}
+_NOT_PLAIN = "its runtime wrappers are not plain (effect tokens, RNG, subclasses)"
 #: why -> how many DDP-split bucket compiles of this process were left to torch's bypass for it
 not_stored: dict[str, int] = {}
 
@@ -351,12 +353,10 @@ def install() -> None:
                 meta = kwargs.get("runtime_metadata")
                 described, why = describe(list(self.out_metas), self.fwd_output_strides,
                                           getattr(self, "_pcompile_inputs", ()))
-                if described is not None and meta is not None and _plain_wrappers(meta, None):
-                    with _lock:
-                        _pending[info.cache_key] = described
-                else:
-                    with _lock:
-                        _refused[info.cache_key] = why or "its runtime wrappers are not plain (effect tokens, RNG, subclasses)"
+                if described is not None and (meta is None or not _plain_wrappers(meta, None)):
+                    described, why = None, _NOT_PLAIN
+                with _lock:
+                    _first_calls[info.cache_key] = (described, why)
             return orig(self, compiled_fn, aot_config, **kwargs)
         return wrapped
 
@@ -364,11 +364,10 @@ def install() -> None:
         def wrapped(key: str, entry: Any, remote: bool) -> Any:
             if not _is_ddp_key(key):
                 return orig(key, entry, remote)
-            with _lock:  # kept, not popped: two buckets may be one graph (one key, saved twice)
-                described = _pending.get(key)
-                why = _refused.get(key, "its first call's outputs were not seen")
+            with _lock:
+                described, why = _first_calls.get(key, (None, "its first call's outputs were not seen"))
             if described is None or not _plain_wrappers(entry.runtime_metadata, entry.maybe_subclass_meta):
-                _not_stored(why if described is None else "its runtime wrappers are not plain (effect tokens, RNG, subclasses)")
+                _not_stored(why if described is None else _NOT_PLAIN)
                 return None  # torch's bypass stands for this graph: nothing a hit could rebuild
             setattr(entry, FIELD, described)
             return orig(key, entry, remote)
