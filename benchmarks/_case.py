@@ -1,4 +1,5 @@
-"""One benchmark case in its own process: build a model, compile it, time a few training steps.
+"""One benchmark case in its own process: build a model, compile it, time a few training steps
+(or, with BENCH_INFERENCE=1, forward-only steps under inference_mode).
 
 Run by the scenario scripts (never imported by them), and also usable under `pcompile warm`,
 which runs it on a virtual CUDA device: then no timing or `.item()` is done (the values are fake).
@@ -227,8 +228,17 @@ def run(args: argparse.Namespace) -> dict:
     opt = torch.optim.AdamW(w.model.parameters(), lr=1e-4, fused=(device == "cuda") or None)
     amp = args.amp if args.amp != "auto" else ("bf16" if device == "cuda" else "none")
     res["amp"] = amp
+    # An inference loop (issue 34's GPT-2 max-autotune row): the forward alone, under inference_mode.
+    inference = os.environ.get("BENCH_INFERENCE") == "1"
+    res["workload"] = "inference" if inference else "training"
+    if inference:
+        w.model.eval()
 
     def step():
+        if inference:
+            with torch.inference_mode(), torch.autocast(device_type=device, dtype=torch.bfloat16,
+                                                         enabled=(amp == "bf16")):
+                return w.loss(cmodel, w.batch)
         opt.zero_grad(set_to_none=True)
         with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=(amp == "bf16")):
             loss = w.loss(cmodel, w.batch)

@@ -117,15 +117,44 @@ def warm_case(case: dict[str, Any], work: Path, small: bool, timeout: float, roo
         if rc != 0:
             res["error"] = f"setup failed ({rc}), see {work / 'setup.log'}"
             return res
+    rc, secs, seen, rep = _warm(case, work, small, timeout, root, target, "warm")
+    res.update(warm_rc=rc, warm_s=round(secs, 1), gpu_used_by_warm=seen, warm_error=(rep.get("report") or {}).get("error"))
+    return res
+
+
+def _warm(case: dict[str, Any], work: Path, small: bool, timeout: float, root: Path, target: str,
+          label: str) -> tuple[int, float, list[str], dict[str, Any]]:
+    """`pcompile warm --json` of the case into work/pcompile-cache, the GPU watched: (rc, seconds,
+    GPU processes seen, the warm's JSON)."""
+    cwd, ranks = root / case.get("cwd", "."), _ranks(case)
     warm = [sys.executable, "-m", "pcompile.cli.main", "warm", str(root / case["script"]), "--target", target,
             "--cache-dir", str(work / "pcompile-cache"), "--json"] + (["--world-size", str(ranks)] if ranks else []) + \
         list(case.get("warm_args") or []) + ["--", *_case_args(case, small)]
     with GpuWatch() as watch:
-        rc, secs = _run(warm, dict(base, PCOMPILE_PROGRESS="0"), cwd, work / "warm.log", timeout)
-    lines = [ln for ln in (work / "warm.log").read_text(errors="replace").splitlines() if ln.startswith("{")]
-    rep = json.loads(lines[-1]) if lines else {}
-    res.update(warm_rc=rc, warm_s=round(secs, 1), gpu_used_by_warm=sorted(watch.seen),
-               warm_error=(rep.get("report") or {}).get("error"))
+        rc, secs = _run(warm, dict(_base_env(case), PCOMPILE_PROGRESS="0"), cwd, work / f"{label}.log", timeout)
+    lines = [ln for ln in (work / f"{label}.log").read_text(errors="replace").splitlines() if ln.startswith("{")]
+    return rc, secs, sorted(watch.seen), (json.loads(lines[-1]) if lines else {})
+
+
+def after_jobs(case: dict[str, Any], res: dict[str, Any], work: Path, steps: int, small: bool, timeout: float,
+               root: Path, target: str) -> dict[str, Any]:
+    """Issue 34's later rows: the next GPU job on the store the first one published its tuning
+    into (fresh Inductor dirs, as another node), then a rewarm of the same store (it should lower
+    and compile nothing: `written` all zero)."""
+    cwd, ranks, base, args = root / case.get("cwd", "."), _ranks(case), _base_env(case), _case_args(case, small)
+    env = dict(base, PCOMPILE="1", PCOMPILE_CACHE_DIR=str(work / "pcompile-cache"),
+               TORCHINDUCTOR_CACHE_DIR=str(work / "next-inductor"), TRITON_CACHE_DIR=str(work / "next-triton"))
+    out = work / "pcompile_next_job.json"
+    rc, _ = _run(job_cmd(case, ranks, out, steps, args, root), env, cwd, work / "pcompile_next_job.log", timeout)
+    r = json.loads(out.read_text()) if out.exists() else {}
+    res["pcompile_next_job"] = {"rc": rc, "first_step_s": r.get("first_step_s"), "fx": r.get("fx"), "aot": r.get("aot"),
+                                "frames": r.get("frames"), "losses": r.get("losses"), "status": r.get("status")}
+    hot = (res.get("stock_hot") or {}).get("first_step_s")
+    if r.get("first_step_s") and hot:
+        res["next_job_over_stock_hot"] = round(r["first_step_s"] / hot, 3)
+    rc, secs, seen, rep = _warm(case, work, small, timeout, root, target, "rewarm")
+    res["rewarm"] = {"rc": rc, "s": round(secs, 1), "gpu_used": seen, "written": rep.get("written"),
+                     "error": (rep.get("report") or {}).get("error")}
     return res
 
 
@@ -209,6 +238,8 @@ def main() -> int:
     ap.add_argument("--target", default="h100", help="`pcompile warm --target`: a board name or a `pcompile profile` JSON")
     ap.add_argument("--pairs", type=int, default=1,
                     help="(after warm, stock hot) pairs per case; >1 reports the median ratio (pairs in alternating order)")
+    ap.add_argument("--next-job", action="store_true",
+                    help="then the next GPU job on the store the first one published into, and a rewarm of that store")
     ap.add_argument("--cases-file", default=str(CORPUS / "cases.json"), help="cases.json; scripts and cwd are relative to its folder")
     a = ap.parse_args()
     cases_file = Path(a.cases_file).resolve()
@@ -226,6 +257,8 @@ def main() -> int:
         r = warmed[case["name"]]
         if "error" not in r and r.get("warm_rc") == 0:  # a failed warm's row says so; no GPU time spent on it
             r = gpu_jobs(case, r, work[case["name"]], a.steps, a.small, a.timeout, root, a.cold, a.pairs)
+            if a.next_job:
+                r = after_jobs(case, r, work[case["name"]], a.steps, a.small, a.timeout, root, a.target)
         Path(work[case["name"]], "result.json").write_text(json.dumps(r))
         print(row(r), flush=True)
         print("json:", json.dumps(r, default=str), file=sys.stderr, flush=True)

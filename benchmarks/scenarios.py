@@ -7,6 +7,7 @@ Every case is a fresh process; a case that must start cold gets fresh cache dire
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import statistics
 import subprocess
@@ -181,7 +182,7 @@ def _stock_remote(p: Plan) -> dict:
     return p.one("stock-remote", "stock", _stock_remote_env(p, "stock-remote-reader"))
 
 
-def _pc_warm(p: Plan) -> dict:
+def _warm_run(p: Plan, label: str, env: dict[str, str]) -> dict:
     warm_args = list(p.opts.warm_args)
     if not any(a == "--target" or a.startswith("--target=") for a in warm_args):
         prof, why = p.services.profile()  # the GPU this job will run on, as the warm's target
@@ -189,12 +190,33 @@ def _pc_warm(p: Plan) -> dict:
             return {"error": f"skipped: no device profile for `pcompile warm --target` (`pcompile profile` failed: {why}); "
                              "pass --warm-arg=--target --warm-arg=PROFILE"}
         warm_args += ["--target", str(prof)]
-    d = p.dirs("warm")
     # The warm always targets CUDA (that is what it is for), even when --device cpu runs the other cases.
     case_args = H.case_cmd(p.model, "pcompile", p.opts, None, device="cuda")[1:]
     argv = [H.python(), "-m", "pcompile.cli.main", "warm", "--steps", "2", *warm_args, str(H.CASE), "--", *case_args]
-    env = H.base_env(dict(d.env(), PCOMPILE_JOB_ID=f"bench-{p.stamp}-{p.model}-warm"))
-    return H.run_warm(f"{p.model}-pcompile-warm", argv, env, p.opts)
+    env = H.base_env(dict(env, PCOMPILE_JOB_ID=f"bench-{p.stamp}-{p.model}-{label}"))
+    return H.run_warm(f"{p.model}-{label}", argv, env, p.opts)
+
+
+def _pc_warm(p: Plan) -> dict:
+    return _warm_run(p, "pcompile-warm", p.dirs("warm").env())
+
+
+_WRITTEN = re.compile(r"(\d+) FX graph entries, (\d+) AOTAutograd entries, (\d+) Triton cubins")
+
+
+def _pc_rewarm(p: Plan) -> dict:
+    """`pcompile warm` again into the same store after the GPU jobs published what they tuned
+    (fresh Inductor dirs, as on another warm host): it should lower and compile nothing."""
+    if p.needs("pcompile-next-job") is None:
+        return _failed("pcompile-next-job")
+    r = _warm_run(p, "pcompile-rewarm", p.dirs("rewarm").env(pcompile_dir=p.dirs("warm").pcompile))
+    try:
+        m = _WRITTEN.findall(Path(r["log"]).read_text(errors="replace"))
+    except (KeyError, OSError):
+        m = []
+    if m:
+        r["written"] = dict(zip(("fxgraph", "aotautograd", "triton"), map(int, m[-1])))
+    return r
 
 
 def _pc_after_warm(p: Plan) -> dict:
@@ -240,6 +262,7 @@ _BUILDERS: dict[str, Callable[[Plan], Any]] = {
     "stock-remote-populate": _stock_remote_populate, "stock-remote": _stock_remote,
     "pcompile-warm": _pc_warm, "pcompile-after-warm": _pc_after_warm,
     "pcompile-after-warm-bench": _pc_after_warm_bench, "pcompile-next-job": _pc_next_job,
+    "pcompile-rewarm": _pc_rewarm,
     "stock-ranks": lambda p: _ranks(p, "stock", "stock-ranks"),
     "pcompile-ranks": lambda p: _ranks(p, "pcompile", "pcompile-ranks"),
 }
@@ -399,6 +422,11 @@ def _warm(p: Plan):
                      f"pcompile lookups hit {sc_.get('pcompile_lookups', '-')} (target: every graph a hit)")
     extra_cases, repeat_ratios = _warm_repeats(p, s, c)  # before -bench: it publishes measured winners
     b, n = p.case("pcompile-after-warm-bench"), p.case("pcompile-next-job")
+    rw = p.case("pcompile-rewarm") if p.opts.time_left() >= 120 else {"error": "skipped: the budget ran out"}
+    if rw.get("written") is not None:
+        notes.append(f"rewarm into the same store after the GPU jobs: {rw['wall_s']} s, wrote {rw['written']['fxgraph']} FX, "
+                     f"{rw['written']['aotautograd']} AOTAutograd entries and {rw['written']['triton']} cubins "
+                     "(target: nothing lowered or compiled)")
     single = None if repeat_ratios else 1.1  # with repeats, the target is judged on the medians
     ratios = [
         _ratio("first step, after warm / stock hot", c.get("first_step_s"), s.get("first_step_s"), single,
@@ -415,6 +443,7 @@ def _warm(p: Plan):
                s.get("kernel_ms_per_step"), None),
     ]
     cases = {"pcompile-warm": w, "pcompile-after-warm": c, "pcompile-after-warm-bench": b, "pcompile-next-job": n,
+             "pcompile-rewarm": rw,
              "stock-cold": sc, "stock-hot": s, **extra_cases}
     return cases, ratios + _common(sc, c), notes
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from pcompile.compat import CompatError, ddp_autograd_cache as dac
+from pcompile.compat import CompatError, ddp_autograd_cache as dac, ddp_first_call_fakes as fakes
 
 
 def test_check_passes_and_install_patches_then_restores_every_name():
@@ -123,10 +123,10 @@ def test_first_call_fakes_round_trip_with_inductors_strides_and_repeats():
         primal = torch.empty(3, requires_grad=True)
     outs = [act, saved, None, 7, act, primal]
     strides = [None, (6, 1), None, None, None, None]  # Inductor chose row-major for the second
-    described, _why = dac.describe(outs, strides, inputs=[primal])
+    described, _why = fakes.describe(outs, strides, inputs=[primal])
     assert described is not None
     other = FakeTensorMode()
-    rebuilt = dac.rebuild_outputs(described, other, [])
+    rebuilt = fakes.rebuild_outputs(described, other, [])
     assert [type(r) for r in rebuilt[2:4]] == [type(None), int] and rebuilt[3] == 7
     assert rebuilt[4] is rebuilt[0]
     assert rebuilt[0].shape == (8, 512) and rebuilt[0].stride() == (512, 1) and rebuilt[0].fake_mode is other
@@ -134,20 +134,48 @@ def test_first_call_fakes_round_trip_with_inductors_strides_and_repeats():
     assert rebuilt[5].requires_grad and rebuilt[5].shape == (3,)
 
 
-@pytest.mark.parametrize("case", ["view", "shared_storage", "aliases_an_input", "not_fake"])
+def test_first_call_fakes_check_passes_here():
+    fakes.check()  # ddp_first_call_fakes: views of one buffer round-trip on this torch
+
+
+def test_outputs_sharing_one_storage_at_offsets_are_rebuilt_as_views_of_one_buffer():
+    """nanoGPT's attention buckets save q, k, v for backward: three views of one projection's output
+    at byte offsets (8 of 26 buckets per rank were left to torch's bypass before)."""
+    mode = FakeTensorMode()
+    with mode:
+        qkv = torch.empty(8, 1536, dtype=torch.bfloat16)
+        q, k, v = (t.view(8, 8, 64).transpose(0, 1) for t in qkv.split(512, 1))
+        own = torch.empty(8, 512)
+        sharing = torch.empty(0).set_(own.untyped_storage(), 4, (2, 4), (4, 1))  # not a view, offset 4
+    outs = [q, k, v, own, sharing, k]
+    strides = [None, None, None, None, (1, 2), None]
+    described, why = fakes.describe(outs, strides)
+    assert described is not None, why
+    other = FakeTensorMode()
+    rebuilt = fakes.rebuild_outputs(described, other, [])
+    for old, new in zip(outs, rebuilt):
+        assert (new.shape, new.dtype, new.storage_offset()) == (old.shape, old.dtype, old.storage_offset())
+        assert new.untyped_storage().nbytes() == old.untyped_storage().nbytes() and new.fake_mode is other
+    assert [r.stride() for r in rebuilt[:4]] == [t.stride() for t in outs[:4]] and rebuilt[4].stride() == (1, 2)
+    assert rebuilt[5] is rebuilt[1]
+    same = lambda a, b: a.untyped_storage()._cdata == b.untyped_storage()._cdata  # noqa: E731
+    assert same(rebuilt[0], rebuilt[2]) and same(rebuilt[3], rebuilt[4]) and not same(rebuilt[0], rebuilt[3])
+    assert rebuilt[1]._is_view()
+
+
+@pytest.mark.parametrize("case", ["aliases_an_input", "not_fake", "sparse"])
 def test_outputs_a_rebuild_could_not_reproduce_store_nothing(case):
     mode = FakeTensorMode()
     with mode:
-        base, inp = torch.empty(4, 4), torch.empty(4, 4)
-        sharing = torch.empty(0).set_(base.untyped_storage(), 0, (4, 4), (4, 1))  # not a view
-        outs = {"view": [base[0]], "shared_storage": [base, sharing],
-                "aliases_an_input": [torch.empty(0).set_(inp.untyped_storage(), 0, (16,), (1,))]}.get(case)
+        inp = torch.empty(4, 4)
+        outs = {"aliases_an_input": [torch.empty(0).set_(inp.untyped_storage(), 0, (16,), (1,))],
+                "sparse": [torch.empty(4, 4).to_sparse()]}.get(case)
     if case == "not_fake":
         outs = [torch.empty(1)]
-    described, why = dac.describe(outs, None, inputs=[inp])  # said, not silent (nanoGPT's buckets: views)
+    described, why = fakes.describe(outs, None, inputs=[inp])  # said, not silent
     assert described is None
-    assert {"view": "is a view", "shared_storage": "shares storage", "aliases_an_input": "shares storage",
-            "not_fake": "not a plain fake"}[case] in why
+    assert {"aliases_an_input": "shares storage with an input", "not_fake": "not a plain fake",
+            "sparse": "not a dense tensor"}[case] in why
 
 
 def test_a_recorded_gpu_maps_to_this_ranks_gpu_and_mismatched_devices_refuse():
@@ -155,9 +183,9 @@ def test_a_recorded_gpu_maps_to_this_ranks_gpu_and_mismatched_devices_refuse():
     mode = FakeTensorMode()
     with mode:
         on_1 = torch.empty(1, device="cuda:1")
-    assert dac._device_map(rec, [on_1]) == {"cuda:0": "cuda:1"}
-    assert dac._device_map(rec, []) is None  # a GPU output, but no GPU input to bind it to
-    assert dac._device_map(rec, [torch.empty(1, device="meta")]) is None  # another device type
-    assert dac._device_map([("value", None)], []) == {}
-    (out,) = dac.rebuild_outputs(rec, FakeTensorMode(), [on_1])
+    assert fakes.device_map(rec, [on_1]) == {"cuda:0": "cuda:1"}
+    assert fakes.device_map(rec, []) is None  # a GPU output, but no GPU input to bind it to
+    assert fakes.device_map(rec, [torch.empty(1, device="meta")]) is None  # another device type
+    assert fakes.device_map([("value", None)], []) == {}
+    (out,) = fakes.rebuild_outputs(rec, FakeTensorMode(), [on_1])
     assert out.device == torch.device("cuda:1")

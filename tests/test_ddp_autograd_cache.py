@@ -184,19 +184,21 @@ def test_a_lazily_lowered_bucket_below_a_hit_bucket_is_lowered_with_its_own_meta
     _same_training([mixed, stock])
 
 
-def test_a_bucket_whose_output_is_a_view_is_named_and_traced_again_and_the_rest_still_hit(tmp_path, monkeypatch):
-    """A bucket's output that is a view (nanoGPT's attention reshapes; 6 of 14 buckets per rank on
-    the GPU) cannot be rebuilt as the fakified first call returned it, so its entry is not stored:
-    that is counted and named, a restart re-traces that bucket as stock does, and computes the same."""
+def test_buckets_saving_views_of_one_buffer_hit_on_a_restart_and_compute_the_same(tmp_path, monkeypatch):
+    """Attention saves q, k, v for backward as views of one projection's output at three offsets
+    (nanoGPT's buckets: 8 of 26 per rank were left to torch's bypass while only plain outputs
+    were stored). Their first-call fakes are rebuilt as views of one buffer, so every bucket of a
+    restart hits, nothing is refused, and losses and parameters equal stock's."""
     _clean_env(monkeypatch)
     script = tmp_path / "ddp_job.py"
     script.write_text(JOB)
     first = run_job(script, _pcompile(tmp_path, JOB_VIEW="1"))
     again = run_job(script, _pcompile(tmp_path, JOB_VIEW="1"))
     stock = run_job(script, _stock(tmp_path, JOB_VIEW="1"))
-    for r in first:
-        assert r["not_stored"] and all("is a view" in why for why in r["not_stored"]), first
+    for r in first + again:
+        assert not r["not_stored"], (first, again)
     for rank in range(2):
-        aot, skipped = again[rank]["aot"], sum(again[rank]["not_stored"].values())
-        assert skipped >= 1 and aot.get("autograd_cache_miss", 0) == skipped, (rank, aot, again[rank]["not_stored"])
+        aot = again[rank]["aot"]
+        assert aot.get("autograd_cache_hit", 0) >= BUCKETS + 1, (rank, aot)  # the layers' buckets and qkv's
+        assert not aot.get("autograd_cache_miss") and not aot.get("autograd_cache_bypass"), (rank, aot)
     _same_training([first, again, stock])

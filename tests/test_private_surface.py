@@ -12,7 +12,7 @@ import private_surface  # noqa: E402
 
 
 #: compat modules whose check() runs in a test named otherwise
-_TESTED_ELSEWHERE = {"autotune_choice": "test_hooks_autotune.py",
+_TESTED_ELSEWHERE = {"autotune_choice": "test_hooks_autotune.py", "ddp_first_call_fakes": "test_compat_ddp_autograd_cache.py",
                      **{p.stem: "test_warm_compat.py" for p in private_surface.COMPAT.glob("warm_*.py")}}
 
 

@@ -78,3 +78,27 @@ def test_max_autotune_never_runs_an_aten_choice_on_the_virtual_device(tmp_path):
     rep = res["report"]
     assert rep["counters"]["inductor"].get("select_algorithm_autotune", 0) >= 1
     assert rep["gpu_timings_faked"].get("extern_without_out", 0) >= 1, rep["gpu_timings_faked"]
+
+
+def test_a_rewarm_of_a_store_not_yet_tuned_on_a_gpu_succeeds_and_writes_nothing(tmp_path):
+    """A second warm before any GPU job tuned the max-autotune graph compiles that graph again (it
+    is never written from a warm host) and writes nothing new. That is the warm doing its job; it
+    used to fail with 'compiled 1 graphs and kernels but wrote nothing ... fix the cache dir'."""
+    script = tmp_path / "serve.py"
+    script.write_text(textwrap.dedent("""\
+        import torch, torch.nn as nn
+        m = nn.Sequential(nn.Linear(128, 256), nn.GELU(), nn.Linear(256, 128)).cuda().eval()
+        f = torch.compile(m, mode="max-autotune-no-cudagraphs")
+        with torch.no_grad():
+            for i in range(2):
+                print("step", i, float(f(torch.randn(32, 128, device="cuda")).sum()))
+        """))
+    env = dict(STOCK, PCOMPILE_WARM_COORDESC_STEPS="0")
+    rc, first, log = warm(script, tmp_path / "cache", env=env)
+    assert rc == 0, log[-3000:]
+    assert first["report"]["left_for_gpu_tuning"].get("fx_graph", 0) >= 1 and first["written"]["triton"] >= 1
+    rc, again, log = warm(script, tmp_path / "cache", env=env)
+    assert rc == 0, log[-3000:]
+    assert again["written"]["fxgraph"] == 0 and again["written"]["triton"] == 0, again["written"]
+    assert again["report"]["left_for_gpu_tuning"].get("fx_graph", 0) >= 1
+    assert any("left for the GPU job to tune" in ln for ln in again["lines"]), again["lines"]

@@ -34,11 +34,12 @@ may compile the same bucket meanwhile (single-flight cannot hold a key across th
 test's cold 2-rank start on 2.11 saves 3 entries for 2 buckets.
 
 When it stays stock (torch's bypass): a torch minor other than those read (2.11, 2.14), or one
-where the per-bucket stack moved (`_check_lazy_backward_stack`); and no entry is written when the
-forward outputs are anything but plain, static, non-aliasing fakes (symbolic sizes, views, outputs
-sharing storage, subclasses),
-or the graph has effect tokens, functionalized RNG or subclass inputs (wrappers whose order
-around the fakified call would differ on a hit). A hit whose metadata cannot be rebuilt is a miss.
+where the per-bucket stack moved (`_check_lazy_backward_stack`); and no entry is written when a
+forward output is not a static, dense fake tensor (symbolic sizes, subclasses) or shares storage
+with an input it is not, or the graph has effect tokens, functionalized RNG or subclass inputs
+(wrappers whose order around the fakified call would differ on a hit). Outputs that are views or
+share one storage among themselves are rebuilt as views of one buffer at their byte offsets. A hit
+whose metadata cannot be rebuilt is a miss.
 
 Touched (read in torch 2.11.0 and 2.14.1; same call sites in both):
 `torch._functorch._aot_autograd.autograd_cache`: `autograd_cache_key` (module global, called
@@ -67,12 +68,13 @@ import threading
 from typing import Any, Callable
 
 from pcompile.compat import CompatError, require_attr
+from pcompile.compat.ddp_first_call_fakes import describe, rebuild_outputs
 
 CHECKED = {"torch": "2.11.0, 2.14.1"}
 #: The torch minors whose SubmodCompiler / cache-hit path this module was read against.
 TORCH_MINORS = ((2, 11), (2, 14))
 #: Mixed into the AOTAutograd key of a DDP-split graph; bump when what is stored changes.
-TAG = "pcompile-ddp-fakified-first-call/v1"
+TAG = "pcompile-ddp-fakified-first-call/v2"
 #: The entry's attribute carrying the forward outputs' metadata (pickled with the entry).
 FIELD = "_pcompile_ddp_fake_outs"
 
@@ -207,92 +209,6 @@ def ddp_key(key: str) -> str:
     return key[:1] + digest
 
 
-# ---- what is stored: the forward outputs' fakes as plain metadata -------------------------------
-
-def describe(out_metas: list[Any], strides: list[Any] | None,
-             inputs: list[Any] = ()) -> tuple[list[Any] | None, str]:
-    """Plain metadata of the fakified outputs, or None and why when any of them is not a plain,
-    static, non-aliasing fake tensor (then nothing is stored). `strides` are Inductor's output strides,
-    applied on rebuild as FakifiedOutWrapper applies them (an `as_strided` view); `inputs` the
-    forward graph's placeholder values: an output may be one of them (a primal saved for
-    backward) but may not share storage with one otherwise."""
-    import torch
-    from torch._subclasses.fake_tensor import FakeTensor
-    from torch.multiprocessing.reductions import StorageWeakRef
-
-    out: list[Any] = []
-    input_ids = {id(t) for t in inputs if isinstance(t, torch.Tensor)}
-    input_storages = {StorageWeakRef(t.untyped_storage()) for t in inputs if isinstance(t, torch.Tensor)}
-    storages: set[Any] = set()
-    seen: dict[int, int] = {}
-    for i, meta in enumerate(out_metas):
-        if meta is None or type(meta) in (int, float, bool):
-            out.append(("value", meta))
-            continue
-        if type(meta) is not FakeTensor:
-            return None, f"output {i} is a {type(meta).__name__}, not a plain fake tensor"
-        if id(meta) in seen:  # the same tensor twice (a user output also saved for backward)
-            out.append(("same", seen[id(meta)]))
-            continue
-        if meta._is_view() or meta.layout != torch.strided or meta.storage_offset() != 0:
-            return None, f"output {i} is a view or not a dense tensor"
-        final = strides[i] if strides and i < len(strides) and strides[i] is not None else None
-        fields = (*meta.shape, *meta.stride(), *(final or ()))
-        if not all(type(v) is int for v in fields):
-            return None, f"output {i} has symbolic sizes"  # torch's bypass stands
-        storage = StorageWeakRef(meta.untyped_storage())
-        if storage in storages or (storage in input_storages and id(meta) not in input_ids):
-            return None, f"output {i} shares storage with another output or an input"
-        storages.add(storage)
-        seen[id(meta)] = i
-        final = None if final is None or tuple(final) == tuple(meta.stride()) else tuple(final)
-        out.append(("tensor", tuple(meta.shape), tuple(meta.stride()), final, str(meta.dtype),
-                    str(meta.device), bool(meta.requires_grad)))
-    return out, ""
-
-
-def _device_map(described: list[Any], args: list[Any]) -> dict[str, str] | None:
-    """Recorded device -> this compile's device. The entry may come from another rank's GPU
-    (pcompile keys graphs as on cuda:0): a split graph's outputs are on its inputs' GPU."""
-    import torch
-
-    recorded = {d[5] for d in described if d[0] == "tensor" and d[5] != "cpu"}
-    if not recorded:
-        return {}
-    here = {str(a.device) for a in args if isinstance(a, torch.Tensor) and a.device.type != "cpu"}
-    if recorded == here:
-        return {d: d for d in recorded}
-    if len(recorded) != 1 or len(here) != 1:
-        return None
-    (old,), (new,) = recorded, here
-    return None if old.split(":")[0] != new.split(":")[0] else {old: new}
-
-
-def rebuild_outputs(described: list[Any], fake_mode: Any, args: list[Any]) -> list[Any] | None:
-    """The fakes FakifiedOutWrapper would return, made in `fake_mode`; None if they can't be."""
-    import torch
-
-    devices = _device_map(described, args)
-    if devices is None or fake_mode is None:
-        return None
-    out: list[Any] = []
-    with torch.no_grad(), fake_mode:
-        for d in described:
-            if d[0] == "value":
-                out.append(d[1])
-            elif d[0] == "same":
-                out.append(out[d[1]])
-            else:
-                _, shape, stride, final, dtype, device, requires_grad = d
-                dt = getattr(torch, dtype.split(".")[-1], None)
-                if not isinstance(dt, torch.dtype):
-                    return None
-                t = torch.empty_strided(shape, stride, dtype=dt, device=devices.get(device, device))
-                t.requires_grad_(requires_grad)
-                out.append(t if final is None else t.as_strided(shape, final))
-    return out
-
-
 def _plain_wrappers(meta: Any, subclass_meta: Any) -> bool:
     """No wrapper sits between Inductor's forward and the fakified call on the miss path that
     the hit path would order differently (effect tokens, functionalized RNG, subclasses)."""
@@ -351,8 +267,11 @@ def install() -> None:
             info = getattr(aot_config, "cache_info", None)
             if info is not None and _is_ddp_key(info.cache_key) and self.needs_post_compile:
                 meta = kwargs.get("runtime_metadata")
-                described, why = describe(list(self.out_metas), self.fwd_output_strides,
-                                          getattr(self, "_pcompile_inputs", ()))
+                try:  # never a failed compile: an output it cannot read is one it does not store
+                    described, why = describe(list(self.out_metas), self.fwd_output_strides,
+                                              getattr(self, "_pcompile_inputs", ()))
+                except Exception as exc:
+                    described, why = None, f"its outputs could not be read ({type(exc).__name__})"
                 if described is not None and (meta is None or not _plain_wrappers(meta, None)):
                     described, why = None, _NOT_PLAIN
                 with _lock:
@@ -381,7 +300,10 @@ def install() -> None:
             described = getattr(self, FIELD, None)
             fakes = None
             if described is not None and _plain_wrappers(self.runtime_metadata, self.maybe_subclass_meta):
-                fakes = rebuild_outputs(described, getattr(ctx, "fake_mode", None), list(args))
+                try:
+                    fakes = rebuild_outputs(described, getattr(ctx, "fake_mode", None), list(args))
+                except Exception:  # a miss, as for any entry it cannot rebuild
+                    fakes = None
             if fakes is None:
                 raise ac.FXGraphCacheMiss("DDP split graph entry without rebuildable first-call fakes")
             compiled_fw, compiled_bw = self.compiled_fw, self.compiled_bw

@@ -30,11 +30,17 @@ def cache_fault() -> str | None:
 
 
 def compiled(report: dict[str, Any], lookups: dict[str, dict[str, Any]] | None) -> int:
-    """How many graphs, AOTAutograd entries and kernels the warm compiled (cache misses)."""
+    """How many graphs and kernels the warm compiled (cache misses) and should have written: not
+    the graphs it keeps out of the cache on purpose (a max-autotune graph left for the GPU job to
+    tune: a rewarm of a store the GPU job has not tuned yet compiles it again, writes nothing, and
+    did its job; graphs Inductor itself does not cache)."""
     if lookups is not None:
-        return sum(int(lookups.get(layer, {}).get("misses", 0)) for layer in _COMPILED_LAYERS)
-    counters = report.get("counters") or {}
-    return int(counters.get("inductor", {}).get("fxgraph_cache_miss", 0))
+        n = sum(int(lookups.get(layer, {}).get("misses", 0)) for layer in _COMPILED_LAYERS)
+    else:
+        n = int((report.get("counters") or {}).get("inductor", {}).get("fxgraph_cache_miss", 0))
+    unwritten = int((report.get("left_for_gpu_tuning") or {}).get("fx_graph", 0))
+    unwritten += sum(int(v) for v in (report.get("fx_cache_bypassed") or {}).values())
+    return max(0, n - unwritten)
 
 
 def problem(report: dict[str, Any], written: dict[str, int], lookups: dict[str, dict[str, Any]] | None,
