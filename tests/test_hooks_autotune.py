@@ -41,6 +41,9 @@ elif mode == "predict":
     out["published"] = autotune_choice.publish_prediction(kernel, store_adapter.predicting)
     out["local_files"] = sorted(os.listdir(kernel_dir))
 else:
+    if os.environ.get("TEST_TUNING_MODE") == "1":  # as under torch.compile(mode="max-autotune")
+        import torch._inductor.config as ic
+        ic.max_autotune = True
     best = cache.read_best(meta, configs)
     out["best"] = None if best is None else {"kwargs": best.kwargs, "num_warps": best.num_warps}
 from pcompile.store.compose import default_store
@@ -88,6 +91,21 @@ def test_warm_prediction_serves_until_a_measured_winner_exists(tmp_path: Path) -
     measured, _ = t.run(script, "read", env, args=[str(tmp_path / "k5")])
     assert measured["best"] == {"kwargs": {"XBLOCK": 1024}, "num_warps": 8}
     assert measured["autotune"] == {"hits": 1, "misses": 0, "untimed": 0}
+
+
+def test_under_max_autotune_the_default_benchmarks_instead_of_taking_the_prediction(tmp_path: Path) -> None:
+    """A max-autotune user chose steady-state speed: the default policy (auto) ignores a warm's
+    prediction there (H200 GPT-2: predicted winners cost 4% GPU time per step), and
+    PCOMPILE_AUTOTUNE=predicted still takes it."""
+    script = t.write_script(tmp_path / "app", "autotune.py", SCRIPT)
+    env = t.clean_env(PCOMPILE_CACHE_DIR=str(tmp_path / "pc"), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "ind"))
+    pred, _ = t.run(script, "predict", env, args=[str(tmp_path / "k1")])
+    assert pred["published"] is True
+    tuned = {**env, "TEST_TUNING_MODE": "1"}
+    bench, _ = t.run(script, "read", tuned, args=[str(tmp_path / "k2")])
+    assert bench["best"] is None and bench["autotune"] == {"hits": 0, "misses": 1, "untimed": 0}
+    forced, _ = t.run(script, "read", {**tuned, "PCOMPILE_AUTOTUNE": "predicted"}, args=[str(tmp_path / "k3")])
+    assert forced["best"] == {"kwargs": {"XBLOCK": 128}, "num_warps": 4}
 
 
 def test_reduction_prediction_is_inductors_deterministic_pick() -> None:

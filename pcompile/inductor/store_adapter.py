@@ -13,8 +13,8 @@ for a publish that may not come. Autotune lookups are plain reads.
 
 Predicted winners: a warm host cannot benchmark, so it files Inductor's own no-benchmark choice
 under a separate key (`predicting()`, from compat/autotune_choice.py). A GPU job whose measured
-winner is missing uses the prediction (`PCOMPILE_AUTOTUNE=predicted`, the default: the first step
-then skips benchmarking) or ignores it (`PCOMPILE_AUTOTUNE=benchmark`: benchmark at first launch
+winner is missing uses the prediction (`PCOMPILE_AUTOTUNE=predicted`, the default outside tuning modes: the first step
+then skips benchmarking) or ignores it (`PCOMPILE_AUTOTUNE=benchmark`, the default under max-autotune: benchmark at first launch
 and publish the measured winner, which every later job prefers over the prediction).
 """
 from __future__ import annotations
@@ -44,8 +44,21 @@ _tls = threading.local()
 
 
 def autotune_policy() -> str:
-    """PCOMPILE_AUTOTUNE: whether a missing measured winner may be replaced by a warm's prediction."""
-    return str(AUTOTUNE.get())
+    """PCOMPILE_AUTOTUNE: whether a missing measured winner may be replaced by a warm's prediction.
+    `auto` benchmarks in a tuning mode: the user of max-autotune (or coordinate descent) chose
+    start-up time for steady-state speed, which a prediction gives away. Inductor's config is
+    patched process-wide while torch.compile(mode=...) compiles and loads its kernels, which is
+    when this look-up happens."""
+    policy = str(AUTOTUNE.get())
+    if policy != "auto":
+        return policy
+    try:
+        import torch._inductor.config as iconfig
+
+        tuning = bool(getattr(iconfig, "max_autotune", False) or getattr(iconfig, "coordinate_descent_tuning", False))
+    except Exception:
+        tuning = False
+    return "benchmark" if tuning else "predicted"
 
 
 @contextlib.contextmanager

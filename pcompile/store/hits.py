@@ -10,7 +10,7 @@ one way in for every Inductor layer, the kernel router's included), as one of:
   kernels (a warm): the GPU job benchmarks that kernel once. Nothing the cache could have held,
   so not a miss;
 - `predicted` (autotune only, not a look-up): a warm filed Inductor's no-benchmark choice for a
-  kernel it found `untimed`; the GPU job uses it (PCOMPILE_AUTOTUNE=predicted, the default). Counted
+  kernel it found `untimed`; the GPU job uses it outside tuning modes (PCOMPILE_AUTOTUNE). Counted
   beside `untimed`, so every view says how many of those the GPU job still times;
 - `inner`: a look-up made while building another layer's entry (Triton's per-config cubins
   while an Inductor kernel compiles, a measured-winner probe before the prediction decides).

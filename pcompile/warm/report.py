@@ -87,7 +87,7 @@ def report_lines(result: Any, check: bool = False) -> list[str]:
         n_pred = int(r.get("autotune_predicted", 0))
         if n_pred:
             out.append(f"autotune: winners of {len(unsel)} kernels with several configs need GPU timings; predicted {n_pred} "
-                       "(Inductor's no-benchmark choice; the GPU job uses them unless PCOMPILE_AUTOTUNE=benchmark)")
+                       "(Inductor's no-benchmark choice; the GPU job uses them outside max-autotune modes, PCOMPILE_AUTOTUNE)")
         if n_pred < len(unsel):
             reasons = sorted(set((r.get("autotune_not_predicted") or {}).values()))
             if r.get("autotune_predict_error"):
