@@ -2,6 +2,7 @@
 capture itself is run-time work on the GPU and is skipped, and said so)."""
 from __future__ import annotations
 
+import shutil
 import sys
 import textwrap
 
@@ -102,3 +103,29 @@ def test_a_rewarm_of_a_store_not_yet_tuned_on_a_gpu_succeeds_and_writes_nothing(
     assert again["written"]["fxgraph"] == 0 and again["written"]["triton"] == 0, again["written"]
     assert again["report"]["left_for_gpu_tuning"].get("fx_graph", 0) >= 1
     assert any("left for the GPU job to tune" in ln for ln in again["lines"]), again["lines"]
+
+
+def test_a_rewarm_with_an_empty_local_triton_dir_writes_nothing_it_only_loaded(tmp_path):
+    """Graphs and kernels loaded from the store put their cubins in the local Triton dir; that is
+    no compile and no write. The report counted them as written Triton cubins (a rewarm after a GPU
+    job on an H200: 43 'written' with every look-up a hit)."""
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""\
+        import torch, torch.nn as nn
+        m = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64)).cuda()
+        cm = torch.compile(m)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        for i in range(3):
+            loss = cm(torch.randn(8, 64, device="cuda")).pow(2).mean()
+            loss.backward(); opt.step(); opt.zero_grad()
+        """))
+    rc, first, log = warm(script, tmp_path / "cache")  # pcompile's store, as a warm runs by default
+    assert rc == 0, log[-3000:]
+    assert first["written"]["triton"] > 0 and first["written"]["fxgraph"] == 2
+    local = tmp_path / "cache" / "inductor" / "triton"
+    assert any(local.rglob("*.cubin"))
+    shutil.rmtree(local)  # as on another warm host sharing the store
+    rc, again, log = warm(script, tmp_path / "cache")
+    assert rc == 0, log[-3000:]
+    assert any(local.rglob("*.cubin")), "the hits' cubins were not unpacked here: the test shows nothing"
+    assert again["written"] == {"fxgraph": 0, "aotautograd": 0, "triton": 0}, again["written"]
