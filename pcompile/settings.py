@@ -229,11 +229,12 @@ BACKWARD_AHEAD = _declare(
     "and ~0.6 GB of GPU memory for its CUDA context while it lives. `0` off, `1` on (also on CPU-only hosts)",
     default_text="on for GPU jobs on ≥ 8 CPUs")
 AUTOTUNE = _declare("PCOMPILE_AUTOTUNE", Choice(("auto", "predicted", "benchmark")), "auto",
-                    "`predicted`: a kernel with no measured autotune winner uses the warm host's prediction (Inductor's "
-                    "no-benchmark choice); `benchmark`: benchmark at first launch and publish the winner; `auto`: "
-                    "`benchmark` while Inductor compiles in a tuning mode (`max_autotune` or `coordinate_descent_tuning` "
-                    "on: mode=\"max-autotune\" asks for steady-state speed; H200 GPT-2 inference: predicted winners cost "
-                    "4% GPU time per step, measured ones 1%), else `predicted`")
+                    "for a kernel with no measured autotune winner: `auto`: `benchmark` while Inductor compiles in a "
+                    "tuning mode (`max_autotune` or `coordinate_descent_tuning` on, e.g. mode=\"max-autotune\": the user "
+                    "asked for steady-state speed; H200, GPT-2 inference: the warm's predicted winners cost 4% more GPU "
+                    "kernel time per step than stock, measured ones 5% less to 1% more), else `predicted`; `predicted`: use the "
+                    "warm host's prediction (Inductor's no-benchmark choice); `benchmark`: benchmark at first launch "
+                    "and publish the winner")
 WARM_PAD_MM = _declare("PCOMPILE_WARM_PAD_MM", Choice(("pad", "nopad"), aliases=(("no", "nopad"), ("0", "nopad"),
                                                                                   ("false", "nopad"), ("off", "nopad"))),
                        "pad", "what `pcompile warm` decides where Inductor's pad_mm pass would time padded vs unpadded "

@@ -342,7 +342,7 @@ def test_a_stored_kernel_gets_the_winner_the_requesting_job_sees(env: dict[str, 
 
     first = job("predict", SAME_KEY="1")  # builds the entry (both configs), then files a prediction
     assert first["counts"]["compiled"] == 1 and len(first["configs"]) == 2, first
-    predicted = job("use", SAME_KEY="1")  # hit; PCOMPILE_AUTOTUNE=predicted (default): the prediction applies
+    predicted = job("use", SAME_KEY="1")  # hit; the default (auto) outside tuning modes is predicted: the prediction applies
     assert predicted["counts"]["hit"] == 1 and predicted["configs"] == first["configs"][:1], predicted
     # a new entry built while the prediction exists, for a job that wants to benchmark: both configs
     built = job("use", PCOMPILE_AUTOTUNE="benchmark")

@@ -143,9 +143,9 @@ def test_a_bad_value_warns_once_per_text_and_gives_the_default(monkeypatch: pyte
     monkeypatch.setenv(settings.MAX_BYTES.name, "20G")  # tests change os.environ: honoured at once
     assert settings.MAX_BYTES.get() == 20 << 30
     monkeypatch.setenv(settings.AUTOTUNE.name, "fastest")
-    assert settings.AUTOTUNE.get() == "predicted"
-    assert capsys.readouterr().err == ("pcompile: PCOMPILE_AUTOTUNE='fastest' is not one of predicted, benchmark; "
-                                       "using the default predicted\n")
+    assert settings.AUTOTUNE.get() == "auto"
+    assert capsys.readouterr().err == ("pcompile: PCOMPILE_AUTOTUNE='fastest' is not one of auto, predicted, benchmark; "
+                                       "using the default auto\n")
 
 
 def test_explicit_mappings_are_parsed_too(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
