@@ -33,7 +33,7 @@ of a lazily lowered bucket is written at its first backward, so on a cold start 
 may compile the same bucket meanwhile (single-flight cannot hold a key across the forward): the
 test's cold 2-rank start on 2.11 saves 3 entries for 2 buckets.
 
-When it stays stock (torch's bypass): a torch minor other than those read (2.11, 2.14), or one
+When it stays stock (torch's bypass): a torch minor other than those read (2.11, 2.14, 2.15), or one
 where the per-bucket stack moved (`_check_lazy_backward_stack`); and no entry is written when a
 forward output is not a static, dense fake tensor (symbolic sizes, subclasses) or shares storage
 with an input it is not, or the graph has effect tokens, functionalized RNG or subclass inputs
@@ -41,7 +41,7 @@ with an input it is not, or the graph has effect tokens, functionalized RNG or s
 share one storage among themselves are rebuilt as views of one buffer at their byte offsets. A hit
 whose metadata cannot be rebuilt is a miss.
 
-Touched (read in torch 2.11.0 and 2.14.1; same call sites in both):
+Touched (read in torch 2.11.0 and 2.14.1, same call sites in both; 2.15.0: check() and the DDP tests pass):
 `torch._functorch._aot_autograd.autograd_cache`: `autograd_cache_key` (module global, called
 positionally by `AOTAutogradCache.try_load`; its first parameter is `gm` in 2.11, `mod` in 2.14),
 `AOTAutogradCache.save` (staticmethod), `FXGraphCacheMiss` (try_load counts it as a miss and
@@ -70,9 +70,9 @@ from typing import Any, Callable
 from pcompile.compat import CompatError, require_attr
 from pcompile.compat.ddp_first_call_fakes import describe, rebuild_outputs
 
-CHECKED = {"torch": "2.11.0, 2.14.1"}
+CHECKED = {"torch": "2.11.0, 2.14.1, 2.15.0"}
 #: The torch minors whose SubmodCompiler / cache-hit path this module was read against.
-TORCH_MINORS = ((2, 11), (2, 14))
+TORCH_MINORS = ((2, 11), (2, 14), (2, 15))
 #: Mixed into the AOTAutograd key of a DDP-split graph; bump when what is stored changes.
 TAG = "pcompile-ddp-fakified-first-call/v2"
 #: The entry's attribute carrying the forward outputs' metadata (pickled with the entry).

@@ -16,7 +16,7 @@ from typing import Any
 
 from pcompile.compat import CompatError
 
-CHECKED = {"torch": "2.11.0, 2.14.1"}
+CHECKED = {"torch": "2.11.0, 2.14.1, 2.15.0"}
 
 
 def check() -> None:
