@@ -18,6 +18,8 @@ Touched (torch 2.11.0 and 2.14.1, both checked):
   torch._inductor.runtime.hints.HeuristicType.USER_AUTOTUNE
   torch._inductor.runtime.autotune_cache.AutotuneCache.{save, local_cache, remote_cache,
       _record_artifact (2.14; 2.11 records mega-cache artifacts only inside the local branch)}
+  torch._inductor.config.{max_autotune, coordinate_descent_tuning} (`tuning_mode`: whether the
+      compile being served asked for tuning, so a prediction would give its speed away)
 """
 from __future__ import annotations
 
@@ -55,6 +57,10 @@ def check() -> None:
         require_attr(cache_cls, name, "AutotuneCache")
     import inspect
 
+    import torch._inductor.config as iconfig
+
+    for name in ("max_autotune", "coordinate_descent_tuning"):
+        require_attr(iconfig, name, "torch._inductor.config")
     params = list(inspect.signature(cache_cls.save).parameters)
     if params[:3] != ["self", "config", "time_taken_ns"] or "triton_cache_hash" not in params:
         raise CompatError(f"AutotuneCache.save{tuple(params)} changed; update pcompile/compat/autotune_choice.py")
@@ -129,3 +135,15 @@ def publish_prediction(autotuner: Any, predicting: Callable[[], Any]) -> bool:
         if shadow:
             del cache._record_artifact
     return True
+
+
+def tuning_mode() -> bool:
+    """Whether Inductor compiles in a tuning mode now (max-autotune, coordinate descent): its
+    config is patched process-wide while torch.compile(mode=...) compiles and loads kernels, when
+    their autotune winners are read. Never raises."""
+    try:
+        import torch._inductor.config as iconfig
+
+        return bool(getattr(iconfig, "max_autotune", False) or getattr(iconfig, "coordinate_descent_tuning", False))
+    except Exception:
+        return False

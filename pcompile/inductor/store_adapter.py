@@ -52,13 +52,9 @@ def autotune_policy() -> str:
     policy = str(AUTOTUNE.get())
     if policy != "auto":
         return policy
-    try:
-        import torch._inductor.config as iconfig
+    from pcompile.compat.autotune_choice import tuning_mode
 
-        tuning = bool(getattr(iconfig, "max_autotune", False) or getattr(iconfig, "coordinate_descent_tuning", False))
-    except Exception:
-        tuning = False
-    return "benchmark" if tuning else "predicted"
+    return "benchmark" if tuning_mode() else "predicted"
 
 
 @contextlib.contextmanager
