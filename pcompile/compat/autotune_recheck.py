@@ -25,7 +25,7 @@ from typing import Any, Callable
 from pcompile.compat import CompatError, require_attr
 
 #: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
-CHECKED = {"torch": "2.11.0, 2.14.1"}
+CHECKED = {"torch": "2.11.0, 2.14.1, 2.15.0"}
 #: Attributes of objects Inductor hands over, which tools/private_surface.py cannot follow statically.
 PRIVATE = ("torch._inductor.runtime.triton_heuristics.CachingAutotuner.compile_results",
            "torch._inductor.runtime.triton_heuristics.CachingAutotuner.autotune_cache_info",

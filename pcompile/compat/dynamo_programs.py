@@ -29,7 +29,7 @@ a fresh package (Dynamo traces the function) instead.
 
 Touched (torch 2.14.1 and 2.11.0: `_dynamo/config.py` caching_precompile; `_dynamo/package.py`
 DynamoCache (a DiskDynamoCache: load/write/record_package/path_prefix), CompilePackage (__init__,
-initialize, install, uninstall, code_context, the _RECORDING methods, _innermost_fn, _current_entry,
+initialize, install, uninstall, code_context, the recording methods (`_recording`: 2.15 renamed bypass_current_entry to bypass_current_compile), _innermost_fn, _current_entry,
 _codes and its entries' python_module)
 and source_id_from_fn, PrecompileCacheEntry.from_cache_entry; `_dynamo/precompile_context.py`
 PrecompileContext._backend_artifacts_by_key; (AOTAutograd's entries under caching precompile: compat/programs_aot_entries.py); `_dynamo/bytecode_transformation.py`
@@ -49,7 +49,7 @@ from typing import Any, Callable
 from pcompile.compat import CompatError, require_attr
 
 #: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
-CHECKED = {'torch': '2.11.0, 2.14.1'}
+CHECKED = {'torch': '2.11.0, 2.14.1, 2.15.0'}
 
 _NUMBER = re.compile(r"_(\d+)")
 _saved: dict[str, Any] = {}
@@ -58,8 +58,19 @@ _FELL_BACK = "_pcompile_fell_back"  # attribute: its stored program was refused,
 
 #: The CompilePackage methods Dynamo calls while it converts a frame (each may raise on code it
 #: cannot name or serialise); code_context is a context manager and is wrapped apart.
-_RECORDING = ("add_guarded_code", "add_inlined_source", "update_device_type", "bypass_current_entry",
-              "add_resume_function", "add_import_source", "add_backend_id")
+_RECORDING_ALL = ("add_guarded_code", "add_inlined_source", "update_device_type", "add_resume_function",
+                  "add_import_source", "add_backend_id")
+#: The one that drops the frame being recorded: `bypass_current_entry` (2.11-2.14), renamed
+#: `bypass_current_compile` in 2.15.
+_BYPASS = ("bypass_current_entry", "bypass_current_compile")
+
+
+def _recording(klass: Any) -> tuple[str, ...]:
+    """The recording methods this torch's CompilePackage has (CompatError when a bypass is missing)."""
+    bypass = [name for name in _BYPASS if name in klass.__dict__]
+    if not bypass:
+        raise CompatError(f"torch._dynamo.package.CompilePackage has none of {', '.join(_BYPASS)}")
+    return (*_RECORDING_ALL, *bypass)
 
 
 _QUIET_LOGGERS = ("torch._dynamo.guards", "torch._dynamo.output_graph", "torch._dynamo.package")
@@ -77,7 +88,7 @@ def check() -> None:
     require_attr(package.CompilePackage, "install", "torch._dynamo.package.CompilePackage")
     require_attr(package.CompilePackage, "uninstall", "torch._dynamo.package.CompilePackage")
     require_attr(package.CompilePackage, "code_context", "torch._dynamo.package.CompilePackage")
-    for name in _RECORDING:
+    for name in _recording(package.CompilePackage):
         require_attr(package.CompilePackage, name, "torch._dynamo.package.CompilePackage")
     require_attr(package.CompilePackage, "source_id_from_fn", "torch._dynamo.package.CompilePackage")
     require_attr(package.PrecompileCacheEntry, "from_cache_entry", "torch._dynamo.package.PrecompileCacheEntry")
@@ -366,7 +377,7 @@ def enable(load: Callable[[Any, dict[str, Any] | None], Any], write: Callable[[A
     klass = package.CompilePackage
     if not _saved:
         _saved["flag"] = dconfig.caching_precompile
-        for name in ("__init__", "initialize", "install", "code_context", *_RECORDING):
+        for name in ("__init__", "initialize", "install", "code_context", *_recording(klass)):
             _saved[f"pkg.{name}"] = klass.__dict__[name]
         for name in ("load", "write", "record_package"):
             _saved[name] = cache.__dict__.get(name)
@@ -428,7 +439,7 @@ def enable(load: Callable[[Any, dict[str, Any] | None], Any], write: Callable[[A
         klass.initialize = initialize  # type: ignore[method-assign]
         klass.install = install  # type: ignore[method-assign]
         klass.code_context = _guarded_code_context(klass.code_context, on_error)  # type: ignore[method-assign]
-        for name in _RECORDING:
+        for name in _recording(klass):
             setattr(klass, name, _guarded_method(name, klass.__dict__[name], on_error))
         cache.load = lambda fn: load(fn, compile_options(sys._getframe(1)))  # type: ignore[method-assign]
         cache.write = write  # type: ignore[method-assign]

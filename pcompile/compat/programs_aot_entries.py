@@ -15,7 +15,7 @@ from typing import Any
 from pcompile.compat import CompatError, require_attr
 
 #: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
-CHECKED = {'torch': '2.11.0, 2.14.1'}
+CHECKED = {'torch': '2.11.0, 2.14.1, 2.15.0'}
 
 _saved: dict[str, Any] = {}
 
