@@ -19,7 +19,7 @@ from typing import Any
 
 from pcompile.config import Settings
 from pcompile.errors import PcompileError
-from pcompile.settings import JOB_ID, JOB_SCRIPT, WARM_PROGRESS, WARMING
+from pcompile.settings import DISABLE, JOB_ID, JOB_SCRIPT, WARM_PROGRESS, WARMING
 from pcompile.vdev import build, preload
 from pcompile.warm import isolation, shortfall
 from pcompile.vdev.profile import DeviceProfile, resolve
@@ -114,20 +114,16 @@ def snapshot(root: Path, store: Path | None = None) -> dict[str, set[str]]:
     return out
 
 
-def written_counts(before: dict[str, set[str]], after: dict[str, set[str]]) -> dict[str, int]:
-    """New entries per layer. Triton cubins count where the store has them: a graph loaded from
-    the store unpacks the cubins bundled with it into the local Triton dir, which is no compile and
+def written_counts(before: dict[str, set[str]], after: dict[str, set[str]], store_in_use: bool) -> dict[str, int]:
+    """New entries per layer: in the store while pcompile's hooks ran (`store_in_use`), else in
+    Inductor's and Triton's local dirs (PCOMPILE_DISABLE=1). Not the local Triton dir with a store:
+    a graph loaded from the store unpacks the cubins bundled with it there, which is no compile and
     no write (a rewarm after a GPU job published its tuned graph showed 43 'written' cubins with
-    every look-up a hit); the local dir counts only where no store is in use (PCOMPILE_DISABLE=1)."""
-    out = {}
-    for layer in LAYERS:
-        local = len(after[layer] - before[layer])
-        stored = f"store:{layer}"
-        if layer == "triton" and stored in after:
-            out[layer] = len(after[stored] - before.get(stored, set()))
-        else:
-            out[layer] = max(local, len(after.get(stored, set()) - before.get(stored, set())))
-    return out
+    every look-up a hit)."""
+    def new(key: str) -> int:
+        return len(after.get(key, set()) - before.get(key, set()))
+
+    return {layer: new(f"store:{layer}") if store_in_use else new(layer) for layer in LAYERS}
 
 
 def warm_run_dir(settings: Settings, script: Path) -> Path:
@@ -318,7 +314,7 @@ def run_warm(opts: WarmOptions) -> WarmResult:
         if failed and not report.get("error"):
             report["error"] = "; ".join(failed)
     warnings = version_warnings(profile, report.get("software") or {})
-    written = written_counts(before, after)
+    written = written_counts(before, after, store_in_use=not DISABLE.get())
     lookups = job_lookups(settings, job)
     short = shortfall.problem(report, written, lookups, settings.cache_dir) if rc == 0 else None
     if short:  # the script ran, but the cache did not get what it compiled: not a success

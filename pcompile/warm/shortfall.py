@@ -35,12 +35,12 @@ def compiled(report: dict[str, Any], lookups: dict[str, dict[str, Any]] | None) 
     tune: a rewarm of a store the GPU job has not tuned yet compiles it again, writes nothing, and
     did its job; graphs Inductor itself does not cache)."""
     if lookups is not None:
-        n = sum(int(lookups.get(layer, {}).get("misses", 0)) for layer in _COMPILED_LAYERS)
+        graphs, kernels = (int(lookups.get(layer, {}).get("misses", 0)) for layer in _COMPILED_LAYERS)
     else:
-        n = int((report.get("counters") or {}).get("inductor", {}).get("fxgraph_cache_miss", 0))
+        graphs, kernels = int((report.get("counters") or {}).get("inductor", {}).get("fxgraph_cache_miss", 0)), 0
     unwritten = int((report.get("left_for_gpu_tuning") or {}).get("fx_graph", 0))
     unwritten += sum(int(v) for v in (report.get("fx_cache_bypassed") or {}).values())
-    return max(0, n - unwritten)
+    return max(0, graphs - unwritten) + kernels
 
 
 def problem(report: dict[str, Any], written: dict[str, int], lookups: dict[str, dict[str, Any]] | None,
