@@ -64,7 +64,10 @@ JOB = textwrap.dedent("""\
     rank = dist.get_rank()
     torch.manual_seed(0)
     model = Stack()
-    ddp = torch.compile(DDP(model, bucket_cap_mb=1), backend=os.environ["JOB_BACKEND"])  # a bucket per layer
+    if os.environ.get("JOB_INNER") == "1":  # nanoGPT's way: the model compiled, then wrapped
+        ddp = DDP(torch.compile(model, backend=os.environ["JOB_BACKEND"]), bucket_cap_mb=1)
+    else:
+        ddp = torch.compile(DDP(model, bucket_cap_mb=1), backend=os.environ["JOB_BACKEND"])  # a bucket per layer
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     g = torch.Generator().manual_seed(1 + rank)
     losses, seconds = [], []
@@ -80,7 +83,8 @@ JOB = textwrap.dedent("""\
     from torch._dynamo.utils import counters
     print("RESULT " + json.dumps({"rank": rank, "losses": losses, "params": params, "seconds": seconds,
                                   "ddp_stacks_left": [c.curr_bucket for c in ddp_contexts],
-                                  "aot": dict(counters["aot_autograd"]), "not_stored": not_stored()}), flush=True)
+                                  "aot": dict(counters["aot_autograd"]), "not_stored": not_stored(),
+                                  "graphs": counters["stats"]["unique_graphs"]}), flush=True)
     dist.destroy_process_group()
     """) % {"buckets": BUCKETS}
 
@@ -201,4 +205,27 @@ def test_buckets_saving_views_of_one_buffer_hit_on_a_restart_and_compute_the_sam
         aot = again[rank]["aot"]
         assert aot.get("autograd_cache_hit", 0) >= BUCKETS + 1, (rank, aot)  # the layers' buckets and qkv's
         assert not aot.get("autograd_cache_miss") and not aot.get("autograd_cache_bypass"), (rank, aot)
+    _same_training([first, again, stock])
+
+
+@pytest.mark.parametrize("how", ["ddp_compiled", "model_compiled_lazy_backward"])
+def test_with_programs_a_ddp_restart_traces_nothing_and_computes_the_same(tmp_path, monkeypatch, how):
+    """Issue 33 on DDP: a frame DDPOptimizer splits gets into its program (the split graph rebuilt
+    around its buckets' AOTAutograd entries), so a restart with PCOMPILE_PROGRAMS=1 traces no
+    graph at all: before, torch's clone of the converter dropped the package and the split graph
+    had no backend artifact, so every restart traced the frame again. Both ways of wrapping
+    (torch.compile(DDP(m)) and DDP(torch.compile(m)), nanoGPT's), the second with backwards
+    lowered lazily, whose bucket entries are written only at the first backward."""
+    _clean_env(monkeypatch)
+    script = tmp_path / "ddp_job.py"
+    script.write_text(JOB)
+    extra = {"JOB_VIEW": "1", **({"JOB_INNER": "1", "PCOMPILE_EAGER_BACKWARD": "0"} if how != "ddp_compiled" else {})}
+    first = run_job(script, _pcompile(tmp_path, PCOMPILE_PROGRAMS="1", **extra))
+    again = run_job(script, _pcompile(tmp_path, PCOMPILE_PROGRAMS="1", **extra))
+    stock = run_job(script, _stock(tmp_path, **extra))
+    for r in first:
+        assert r["graphs"] >= 1, first
+    for r in again:
+        assert r["graphs"] == 0, again  # Dynamo made no graph: the program ran the step
+        assert not r["aot"].get("autograd_cache_miss"), again
     _same_training([first, again, stock])

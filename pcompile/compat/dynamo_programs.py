@@ -46,7 +46,7 @@ import sys
 import types
 from typing import Any, Callable
 
-from pcompile.compat import CompatError, require_attr
+from pcompile.compat import CompatError, ddp_programs, programs_aot_entries, require_attr
 
 #: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
 CHECKED = {'torch': '2.11.0, 2.14.1, 2.15.0'}
@@ -211,7 +211,7 @@ def entry_for(cache_entry: Any, loaded_backends: dict[str, Any] | None = None) -
 
     from pcompile.compat import program_growth
 
-    backends = {**(loaded_backends or {}), **PrecompileContext._backend_artifacts_by_key}
+    backends = ddp_programs.resolve({**(loaded_backends or {}), **PrecompileContext._backend_artifacts_by_key})
     cache_entry = copy.copy(cache_entry)
     cache_entry.codes = [program_growth.newest(copy.copy(code)) for code in cache_entry.codes]
     return PrecompileCacheEntry.from_cache_entry(cache_entry, backends)
@@ -433,9 +433,12 @@ def enable(load: Callable[[Any, dict[str, Any] | None], Any], write: Callable[[A
         for name in _QUIET_LOGGERS:
             logging.getLogger(name).addFilter(_saved["quiet"])
         _guards_never_fail_a_compile()
-        from pcompile.compat import programs_aot_entries
-
         programs_aot_entries.install()
+        try:  # a torch that moved what it touches keeps DDP frames out of programs, as before
+            ddp_programs.check()
+            ddp_programs.install(lambda why: bypassed(f"DDP split graph: {why}"))
+        except Exception as exc:
+            bypassed(f"DDP split graphs stay out of programs: {type(exc).__name__}: {exc}")
         klass.initialize = initialize  # type: ignore[method-assign]
         klass.install = install  # type: ignore[method-assign]
         klass.code_context = _guarded_code_context(klass.code_context, on_error)  # type: ignore[method-assign]
@@ -483,9 +486,8 @@ def disable() -> None:
     from torch._dynamo import guards
 
     guards.CheckFunctionManager.__init__, guards.CheckFunctionManager.serialize_guards = _saved["guards"]
-    from pcompile.compat import programs_aot_entries
-
     programs_aot_entries.uninstall()
+    ddp_programs.uninstall()
     for key, value in _saved.items():
         if key.startswith("pkg."):
             setattr(package.CompilePackage, key[4:], value)
