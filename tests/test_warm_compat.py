@@ -361,26 +361,38 @@ def test_wrapper_realignment_of_a_fake_reads_no_device_pointer(capfd):
 
 
 def test_aot_cache_bypass_reason_is_read_and_named_in_the_summary():
-    """AOTAutograd's cache bypasses a graph whose key it cannot pickle (a nested jagged tensor input);
-    torch only logs why. The warm reads that reason and names it instead of guessing (DDP's graphs)."""
+    """AOTAutograd's cache bypasses a graph whose key it cannot pickle (a nested jagged tensor input,
+    on torch 2.14+; 2.11 pickles that key and caches the graph) or one compiled with freezing on (every
+    version); torch only logs why. The warm reads that reason and names it instead of guessing (DDP's graphs)."""
     from types import SimpleNamespace
+
+    from torch._dynamo.utils import counters
 
     from pcompile.compat import warm_uncached
     from pcompile.warm import report
+
+    def bypassed() -> int:
+        return counters["aot_autograd"]["autograd_cache_bypass"]
 
     seen: list[str] = []
     warm_uncached.on_aot_cache_bypass(seen.append)
     torch._dynamo.reset()
     lin = torch.nn.Linear(4, 4)
     try:
+        before = bypassed()
         x = torch.nested.nested_tensor([torch.randn(n, 4) for n in (2, 3)], layout=torch.jagged)
         torch.compile(lambda t: torch.relu(lin(t)))(x).values().sum().backward()
+        assert seen == ["Failed to pickle cache key"] * (bypassed() - before), (seen, bypassed() - before)
+        torch._dynamo.reset()
+        seen.clear()
+        with torch._inductor.config.patch(freezing=True), torch.no_grad():
+            torch.compile(lambda t: torch.relu(lin(t)))(torch.randn(2, 4))
     finally:
         torch._dynamo.reset()
         warm_uncached.on_aot_cache_bypass(lambda reason: None)
-    assert seen == ["Failed to pickle cache key"], seen
+    assert seen == ["Cannot cache a graph with freezing enabled"], seen
     result = SimpleNamespace(report={"status": "completed", "counters": {"aot_autograd": {"autograd_cache_bypass": 1}},
-                                     "aot_cache_bypassed": {seen[0]: 1}}, seconds=1.0,
+                                     "aot_cache_bypassed": {"Failed to pickle cache key": 1}}, seconds=1.0,
                              profile=SimpleNamespace(name="H100", arch="sm_90"), written={}, cache_dir="c", lookups=None,
                              worker_vdev=[], version_warnings=[])
     lines = [ln for ln in report.report_lines(result) if "AOTAutograd of" in ln]

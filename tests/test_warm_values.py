@@ -199,5 +199,7 @@ def test_a_read_after_a_graph_break_is_not_compiled(tmp_path):
     (job / "train.py").write_text(BREAK_SCRIPT)
     code, res, log = warm(job, tmp_path / "cache")
     assert code == 0, log[-3000:]
-    assert "_getframe" not in log and "UserWarning" not in log, log[-3000:]
+    # Triton 3.9 warns once that TRITON_DEFAULT_FP_FUSION is unset on every host that compiles a kernel
+    warned = [ln for ln in log.splitlines() if "UserWarning" in ln and "TRITON_DEFAULT_FP_FUSION" not in ln]
+    assert "_getframe" not in log and warned == [], log[-3000:]
     assert [ln["line"] for ln in res["report"]["reads"]["lines"]] == [6], res["report"]["reads"]

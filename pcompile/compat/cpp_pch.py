@@ -7,7 +7,7 @@ store that build is the whole gap to a warm node. pcompile postpones it to the f
 (pcompile/inductor/lazy_pch.py); this module says which builds are the header's and hooks
 every build.
 
-Touched (torch 2.14.1): `_precompile_header` preprocesses the header (a `CppBuilder` whose target
+Touched (torch 2.11.0, 2.14.1, 2.15.0): `_precompile_header` preprocesses the header (a `CppBuilder` whose target
 ends in ".i") and builds the `.gch` through the module's `_worker_compile_cpp(lock_path,
 (builder,))`; every compile and link runs `CppBuilder.build(self)`; a build given the header
 (`-include <hash>.h`) reads the plain header when the `.gch` is absent.
@@ -20,7 +20,7 @@ from typing import Any, Callable
 from pcompile.compat import CompatError, require_attr
 
 #: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
-CHECKED = {'torch': '2.14.1'}
+CHECKED = {'torch': '2.11.0, 2.14.1, 2.15.0'}
 
 #: A precompiled header's target, and the preprocessed copy Inductor hashes first.
 PCH_SUFFIX = ".gch"

@@ -9,7 +9,7 @@ when every graph and kernel comes from the shared tier. pcompile stores those li
 (pcompile/inductor/isa_probe_cache.py); this module names them as `check_build` does and
 routes the method through a wrapper.
 
-Touched (torch 2.14.1): `VecISA.check_build(self, code)` (one method, no subclass overrides it)
+Touched (torch 2.14.1, 2.15.0): `VecISA.check_build(self, code)` (one method, no subclass overrides it)
 writes `code` with `codecache.write(code, "cpp", extra=_get_isa_dry_compile_fingerprint(
 self.build_arch_flags()))`, whose key hashes the code, the ISA flags, the compiler's version and
 torch's; builds `CppBuilder(key, [input], CppTorchOptions(vec_isa=self, warning_all=False),
@@ -25,7 +25,8 @@ from typing import Any, Callable
 from pcompile.compat import CompatError, require_attr
 
 #: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
-CHECKED = {'torch': '2.14.1'}
+CHECKED = {'torch': '2.14.1, 2.15.0 (2.11.0 read: its check_build keeps no .load_ok marker and always runs '
+                    'the dlopen child; check() fails by design (SINCE_TORCH) and the probe stays stock)'}
 #: Older torch: the check fails by design and the feature stays stock (see the docstring).
 SINCE_TORCH = (2, 14)
 

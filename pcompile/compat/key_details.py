@@ -1,7 +1,7 @@
 """Inductor's own description of each FX graph and AOTAutograd key it computes, kept for
 `pcompile explain` (which input shape, dtype or config value changed between two keys).
 
-Touches (torch 2.14.1):
+Touches (torch 2.11.0, 2.14.1, 2.15.0):
   torch._inductor.codecache.compiled_fx_graph_hash(gm, example_inputs, ...) -> (key, debug_lines)
   torch._functorch._aot_autograd.autograd_cache.autograd_cache_key(mod, example_inputs, ...) -> (key, debug_lines)
       both looked up by module global at their one call site; wrapped to hand (key, debug_lines)
@@ -17,7 +17,7 @@ from typing import Any, Callable
 from pcompile.compat import CompatError, require_attr
 
 #: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
-CHECKED = {"torch": "2.14.1"}
+CHECKED = {"torch": "2.11.0, 2.14.1, 2.15.0"}
 
 PRIVATE = ["torch._inductor.codecache.compiled_fx_graph_hash",
            "torch._functorch._aot_autograd.autograd_cache.autograd_cache_key"]

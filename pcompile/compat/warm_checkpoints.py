@@ -29,7 +29,7 @@ import torch
 
 from pcompile.compat.warm_runtime import mark, marked, missing
 
-CHECKED = {"torch": "2.14.1"}
+CHECKED = {"torch": "2.11.0, 2.14.1, 2.15.0"}
 
 PRIVATE_SYMBOLS: list[tuple[str, str]] = [
     ("torch.serialization", "_open_zipfile_writer"),

@@ -33,7 +33,7 @@ import torch
 
 from pcompile.compat.warm_runtime import mark, marked, missing, untraced
 
-CHECKED = {"torch": "2.14.1 (check() and tests/test_warm_storage.py)"}
+CHECKED = {"torch": "2.11.0, 2.14.1, 2.15.0"}
 
 PRIVATE_SYMBOLS: list[tuple[str, str]] = [
     ("torch._subclasses.fake_tensor", "FakeTensor"),

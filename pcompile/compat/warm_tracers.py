@@ -13,7 +13,7 @@ its own mode (a ShapeEnv for symbolic) and converts the script's fakes into it a
 GPU tensors (symbolic sizes in a symbolic trace: `_fakes_convert_as_real_tensors`). Traces inside a compile (Dynamo's TracingContext has its own mode) and real-mode
 traces are untouched; `torch.export` and `torch.jit.trace` already worked.
 
-Touched (2.14.1): `torch.fx.experimental.proxy_tensor._MakefxTracer.trace(self, f, *args)` and its
+Touched (2.11.0, 2.14.1, 2.15.0): `torch.fx.experimental.proxy_tensor._MakefxTracer.trace(self, f, *args)` and its
 `tracing_mode`, which reads `torch._dynamo.utils.detect_fake_mode(args)` (re-exported from
 `torch._guards`) at call time; `torch._subclasses.fake_tensor.unset_fake_temporarily`;
 `FakeTensorMode.from_tensor(tensor, *, static_shapes, source, symbolic_context, trace)`, which keeps
@@ -31,7 +31,7 @@ import torch
 
 from pcompile.compat.warm_runtime import mark, marked, missing
 
-CHECKED = {"torch": "2.14.1"}
+CHECKED = {"torch": "2.11.0, 2.14.1, 2.15.0"}
 PRIVATE_SYMBOLS: list[tuple[str, str]] = [
     ("torch.fx.experimental.proxy_tensor", "_MakefxTracer"),
     ("torch._dynamo.utils", "detect_fake_mode"),

@@ -45,7 +45,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 from pcompile import settings
 from pcompile.compat.warm_runtime import mark, marked, missing
 
-CHECKED = {"torch": "2.14.1 (tests/test_warm_values.py)"}
+CHECKED = {"torch": "2.11.0, 2.14.1, 2.15.0"}
 
 PRIVATE_SYMBOLS: list[tuple[str, str]] = [
     ("torch._subclasses.fake_tensor", "FakeTensor"),
