@@ -209,14 +209,14 @@ RAY_ACTORS = _declare("PCOMPILE_RAY_ACTORS", Int(minimum=0), None, "Ray compile 
 EAGER_BACKWARD = _declare("PCOMPILE_EAGER_BACKWARD", Bool(), True,
                           "compile a region's backward with its forward, so its AOTAutograd entry is published before "
                           "the first `.backward()` (part of AOTAutograd's key: warm host and GPU job must agree)")
-PROGRAMS = _declare("PCOMPILE_PROGRAMS", Bool(), False,
-                    "`1`: save what Dynamo made of each compiled function (bytecode, guards, compiled graphs) to "
-                    "the cache, so a restart runs it without tracing (torch's caching precompile, keyed by the "
-                    "torch.compile options and configs; a failing guard or an edited source traces again). Off by "
-                    "default: on an H200 a restart's first step was 0.45x stock hot with it for GPT-2, 0.76x for a "
-                    "Llama-style model and 0.81x for ResNet-50, but 0.94x for nanoGPT and 1.06x for a 2-rank DDP "
-                    "job (its module frame is in no program); a warm writes no programs, a program keeps at most "
-                    "Dynamo's recompile_limit entries per code, and torch's caching precompile drops ID_MATCH guards")
+PROGRAMS = _declare("PCOMPILE_PROGRAMS", Bool(), True,
+                    "save what Dynamo made of each compiled function (bytecode, guards, compiled graphs) to the "
+                    "cache, so a restart runs it without tracing (torch's caching precompile, keyed by the "
+                    "torch.compile options and configs; a failing guard or an edited source traces again; frames "
+                    "DDP splits into buckets too). On an H200 a restart's first step with it: 0.45x stock hot for "
+                    "GPT-2, 0.76x Llama-style, 0.81x ResNet-50, 0.57x a 2-rank DDP nanoGPT (to the first step's "
+                    "end). A warm writes no programs, a program keeps at most Dynamo's recompile_limit entries per "
+                    "code, and torch's caching precompile drops ID_MATCH guards. `0`: Dynamo traces every start")
 DDP_AUTOGRAD_CACHE = _declare(
     "PCOMPILE_DDP_AUTOGRAD_CACHE", Bool(), True,
     "store and load AOTAutograd entries for DDPOptimizer's bucket-split graphs, which torch's own cache bypasses "

@@ -178,6 +178,7 @@ result = {
     "started_at_compile": started_at_compile,
     "worker_nice": worker_nice,
     "worker_gone_s": worker_gone_s,
+    "graphs": int(counters["stats"]["unique_graphs"]),
 }
 print("''' + t.RESULT_MARK + '''" + json.dumps(result), flush=True)
 '''
@@ -228,6 +229,21 @@ def test_backwards_compiled_ahead_are_used(tmp_path: Path) -> None:
     assert len(starts) == 1 and starts[0]["how"] == "subprocess", starts  # one worker, reused for region 2
     assert result["started_at_compile"], "the worker should start at torch.compile, before the first graph"
     assert result["worker_nice"] == 19, result["worker_nice"]  # speculation never takes CPU from the job
+
+
+def test_a_program_saved_with_backwards_compiled_ahead_is_whole(tmp_path: Path) -> None:
+    """Programs and backward ahead together (both on by default for GPU jobs): the backwards the
+    worker compiled reach the program through their FX entries, so a restart of the same script
+    makes no graph. (Until the entries stayed plain, torch bundled each backward into the program
+    and refused to pickle one whose launchers were made: programs were never whole, so backward
+    ahead had to give way to them.)"""
+    first, events, err = _run(tmp_path, "plain", PCOMPILE_PROGRAMS="1")
+    assert _outcomes(events) == ["used", "used"], (_kind(events, "backward_ahead"), err[-3000:])
+    assert first["graphs"] == 2, first
+    again, _, err = _run(tmp_path, "plain", PCOMPILE_PROGRAMS="1")
+    assert again["graphs"] == 0, err[-3000:]  # both regions ran from the program
+    _assert_matches_eager(again)
+    assert again["out_diff"] == first["out_diff"] and again["grad_diff"] == first["grad_diff"]
 
 
 def test_an_inference_graph_lets_the_early_worker_go(tmp_path: Path) -> None:

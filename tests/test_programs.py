@@ -284,21 +284,17 @@ def test_a_frame_torch_cannot_name_never_fails_the_job_and_the_rest_is_still_a_p
     assert third["frames"] == second["frames"], third["stderr"][-3000:]
 
 
-@pytest.mark.parametrize(("programs", "chosen", "expected"), [("1", None, False), ("0", None, True), ("1", "1", True)])
-def test_backward_ahead_gives_way_to_programs_unless_asked_for(monkeypatch: pytest.MonkeyPatch, programs: str,
-                                                               chosen: str | None, expected: bool) -> None:
-    """On a GPU host backward ahead is on by default; its backwards cannot be bundled into a program's
-    AOTAutograd entry (the pickle refuses made launchers), so every program lacked its training graph
-    and a restart traced the frames again (nanoGPT, H200, torch 2.11). Here the host's default is on."""
+def test_programs_and_backward_ahead_are_both_on_by_default_on_a_gpu_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Backward ahead no longer gives way to programs (test_backward_ahead.py: a program saved with
+    backwards compiled ahead is whole); `PCOMPILE_BACKWARD_AHEAD=0` still turns it off."""
     from pcompile.inductor import backward_ahead, features
 
     monkeypatch.setattr(backward_ahead, "_default_on", lambda: True)
-    monkeypatch.setenv("PCOMPILE_PROGRAMS", programs)
-    if chosen is None:
-        monkeypatch.delenv("PCOMPILE_BACKWARD_AHEAD", raising=False)
-    else:
-        monkeypatch.setenv("PCOMPILE_BACKWARD_AHEAD", chosen)
-    assert features._backward_ahead_wanted() is expected
+    monkeypatch.delenv("PCOMPILE_PROGRAMS", raising=False)
+    monkeypatch.delenv("PCOMPILE_BACKWARD_AHEAD", raising=False)
+    assert features._programs_wanted() and features._backward_ahead_wanted()
+    monkeypatch.setenv("PCOMPILE_BACKWARD_AHEAD", "0")
+    assert not features._backward_ahead_wanted()
 
 
 def test_a_program_lacking_a_compiled_graph_is_named(saved, tmp_path: Path) -> None:

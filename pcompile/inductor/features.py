@@ -299,14 +299,6 @@ def _backward_ahead_wanted() -> bool:
     from pcompile import warming
     from pcompile.inductor import backward_ahead
 
-    from pcompile.settings import BACKWARD_AHEAD
-
-    # Unset, backward ahead gives way to programs: a program bundles each compiled backward into its
-    # AOTAutograd entry, and a backward the worker compiled has made its Triton launchers, which torch
-    # refuses to pickle (RESULTS P7): no entry, the program's frames saved bypassed, a restart traced
-    # them and recompiled that graph every time (nanoGPT on the GPU, torch 2.11).
-    if BACKWARD_AHEAD.get() is None and PROGRAMS.get():
-        return False
     # The warm's prediction hooks live in the warm child only: its backward graphs stay there.
     return backward_ahead.wanted() and not warming()
 
