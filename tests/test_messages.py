@@ -39,6 +39,14 @@ def test_one_lookup_per_layer_inner_and_untimed_are_not_misses() -> None:
     assert hits.summary(hits.table({})) == "no cache look-ups" and not hits.all_hit(hits.table({}))
 
 
+def test_a_program_miss_is_shown_but_every_compiled_layer_hit_is_still_all_hit() -> None:
+    """A job after a warm (which writes no programs) traces with Dynamo and compiles nothing."""
+    t = hits.from_events([_ev("program", "miss"), _ev("graph", "hit"), _ev("autograd", "hit")])
+    assert hits.all_hit(t) and "program 0/1 hit" in hits.summary(t)
+    assert not hits.all_hit(hits.from_events([_ev("program", "miss")]))  # nothing compiled was asked
+    assert not hits.all_hit(hits.from_events([_ev("program", "hit"), _ev("graph", "miss")]))
+
+
 def test_stats_files_from_before_the_accounting_fold_the_prediction_into_autotune() -> None:
     t = hits.table({"autotune": {"hits": 0, "misses": 48}, "autotune-predicted": {"hits": 35, "misses": 13}})
     assert (t["autotune"]["hits"], t["autotune"]["misses"]) == (35, 13)
