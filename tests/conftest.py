@@ -55,6 +55,9 @@ def store_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    # the layers below programs are what these children test (a program answers a restart first);
+    # test_programs.py and the README walkthroughs (readme_commands.clean_env) run with programs on
+    env.setdefault("PCOMPILE_PROGRAMS", "0")
     env.update(extra or {})
     return env
 

@@ -86,6 +86,9 @@ def clean_env(**extra: str) -> dict[str, str]:
     env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"  # 2-core CI: no worker pools
     env[settings.POOL.name] = "off"
     env[settings.EVENTS.name] = "0"
+    # These jobs test the layers below programs: a program answers a restart before any of them is
+    # asked. Programs' own tests (and the README walkthroughs, which run the real defaults) turn it on.
+    env[settings.PROGRAMS.name] = "0"
     env.update(extra)
     return env
 
