@@ -2,6 +2,8 @@
 expects them, and the counter bump it carries for a torch bug does what it says."""
 from __future__ import annotations
 
+import contextlib
+
 import inspect
 
 import pytest
@@ -62,11 +64,13 @@ def test_the_counter_moves_past_every_number_a_package_used() -> None:
 def test_autocast_state_round_trips() -> None:
     import torch
 
-    assert compat.autocast_state() == {}
+    from pcompile.inductor.programs import autocast_context, autocast_state
+
+    assert autocast_state() == {}
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        state = compat.autocast_state()
+        state = autocast_state()
     assert state == {"cpu": "bfloat16"}
-    with compat.autocast_context(state):
+    with autocast_context(state):
         assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
     assert not torch.is_autocast_enabled("cpu")
 
@@ -76,7 +80,7 @@ def test_enable_and_disable_leave_the_cache_as_it_was(name: str) -> None:
     from torch._dynamo import package
 
     before = package.DynamoCache.__dict__.get(name)
-    compat.enable(lambda fn, opts: None, lambda e, k: None, lambda p: None, lambda p: compat.autocast_context({}))
+    compat.enable(lambda fn, opts: None, lambda e, k: None, lambda p: None, lambda p: contextlib.nullcontext())
     assert package.DynamoCache.__dict__.get(name) is not None
     compat.disable()
     assert package.DynamoCache.__dict__.get(name) is before

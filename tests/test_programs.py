@@ -397,3 +397,87 @@ def test_a_program_whose_guards_fail_on_every_restart_stays_within_the_recompile
     assert again["frames"] == 0 and again["losses"][0] < 1e-6, again["stderr"][-3000:]
     older = _run(work, cache, CASE_SCALE="2")  # dropped: traced again, never a wrong result
     assert older["frames"] == 1 and older["losses"][0] < 1e-6, older
+
+
+MODULE_GLOBAL = r'''
+import collections as _c  # the frame's globals hold `collections` under another name
+import functools, json
+import torch
+
+def keep(func):
+    @functools.wraps(func)
+    def wrapper(self, x):
+        out = func(self, x)
+        return _c.OrderedDict(out=out, twice=out * 2)  # rebuilt by Dynamo's bytecode: it loads the module
+    return wrapper
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    @keep
+    def forward(self, x):
+        return self.lin(x).relu()
+
+torch.manual_seed(0)
+out = torch.compile(Net(), backend="pcompile")(torch.ones(2, 8))
+out["twice"].sum().backward()  # torch 2.11 writes a training graph's entry at its first backward
+from torch._dynamo.utils import counters
+print("RESULT " + json.dumps({"losses": [float(out["twice"].sum().detach())], "kind": type(out).__name__,
+                              "frames": int(counters["stats"]["unique_graphs"])}))
+'''
+
+
+def test_a_module_the_bytecode_loads_through_a_global_is_installed_with_the_program(tmp_path: Path) -> None:
+    """Dynamo's bytecode loads a module the frame's globals do not hold by its name through a global it
+    installs (`___module_collections_<id>_c0`); the program did not record it, so the restart that ran
+    the program raised NameError inside the model's forward (transformers' output wrapper, torch 2.15):
+    a job that runs without programs failed with them. Now it is one of the program's import sources."""
+    work, cache = tmp_path / "w", tmp_path / "c"
+    work.mkdir()
+    (work / "job.py").write_text(MODULE_GLOBAL)
+    first = _run(work, cache)
+    again = _run(work, cache)
+    assert first["frames"] == 1 and again["frames"] == 0, again["stderr"][-3000:]
+    assert again["losses"] == first["losses"] and again["kind"] == "OrderedDict"
+
+
+TRANSFORMERS = r'''
+import json
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+torch.manual_seed(0)
+cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2)
+model = LlamaForCausalLM(cfg)
+opt = torch.optim.AdamW(model.parameters())
+compiled = torch.compile(model, backend="pcompile")
+ids = torch.randint(0, 256, (2, 32))
+losses = []
+for _ in range(2):
+    loss = compiled(input_ids=ids, labels=ids).loss
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    losses.append(loss.item())
+from torch._dynamo.utils import counters
+print("RESULT " + json.dumps({"losses": losses, "frames": int(counters["stats"]["unique_graphs"])}))
+'''
+
+
+def test_a_transformers_model_restarts_from_its_program(tmp_path: Path) -> None:
+    """transformers' decorated forwards: a guard on the wrapped function (`L['func'].__name__`) could
+    not be rebuilt on torch 2.11-2.14 (compat/program_wrapped_functions.py: the program was refused at
+    every install), and its output wrapper's module global failed the job once it was not
+    (compat/program_module_globals.py)."""
+    pytest.importorskip("transformers")
+    work, cache = tmp_path / "w", tmp_path / "c"
+    work.mkdir()
+    (work / "job.py").write_text(TRANSFORMERS)
+    first = _run(work, cache)
+    again = _run(work, cache)
+    assert first["frames"] >= 1 and again["frames"] == 0, again["stderr"][-3000:]
+    assert again["losses"] == first["losses"]
+    assert "no program for" not in again["stderr"], again["stderr"][-3000:]

@@ -29,12 +29,15 @@ a fresh package (Dynamo traces the function) instead.
 
 Touched (torch 2.14.1 and 2.11.0: `_dynamo/config.py` caching_precompile; `_dynamo/package.py`
 DynamoCache (a DiskDynamoCache: load/write/record_package/path_prefix), CompilePackage (__init__,
-initialize, install, uninstall, code_context, the recording methods (`_recording`: 2.15 renamed bypass_current_entry to bypass_current_compile), _innermost_fn, _current_entry,
-_codes and its entries' python_module)
-and source_id_from_fn, PrecompileCacheEntry.from_cache_entry; `_dynamo/precompile_context.py`
-PrecompileContext._backend_artifacts_by_key; (AOTAutograd's entries under caching precompile: compat/programs_aot_entries.py); `_dynamo/bytecode_transformation.py`
-_unique_id_counter; `_dynamo/eval_frame.py` `_OptimizeContext.__call__` calling DynamoCache.load(fn)
-with the context as `self`, whose `callback._torchdynamo_orig_backend` is the compile's backend).
+initialize, install, uninstall, code_context, the recording methods (`_recording`: 2.15 renamed
+bypass_current_entry to bypass_current_compile), _innermost_fn, _current_entry, _codes and its
+entries' python_module) and source_id_from_fn, PrecompileCacheEntry.from_cache_entry;
+`_dynamo/precompile_context.py` PrecompileContext._backend_artifacts_by_key;
+`_dynamo/bytecode_transformation.py` _unique_id_counter; `_dynamo/eval_frame.py`
+`_OptimizeContext.__call__` calling DynamoCache.load(fn) with the context as `self`, whose
+`callback._torchdynamo_orig_backend` is the compile's backend). Torch's other gaps, each closed in
+a module of its own: programs_aot_entries, and `_EXTRAS` (ddp_programs, program_wrapped_functions,
+program_module_globals).
 """
 from __future__ import annotations
 
@@ -46,7 +49,7 @@ import sys
 import types
 from typing import Any, Callable
 
-from pcompile.compat import CompatError, ddp_programs, programs_aot_entries, require_attr
+from pcompile.compat import CompatError, ddp_programs, program_module_globals, program_wrapped_functions, programs_aot_entries, require_attr
 
 #: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
 CHECKED = {'torch': '2.11.0, 2.14.1, 2.15.0'}
@@ -73,6 +76,8 @@ def _recording(klass: Any) -> tuple[str, ...]:
     return (*_RECORDING_ALL, *bypass)
 
 
+#: Gaps in torch's precompile closed apart (each with its own check(), installed with programs).
+_EXTRAS = (ddp_programs, program_wrapped_functions, program_module_globals)
 _QUIET_LOGGERS = ("torch._dynamo.guards", "torch._dynamo.output_graph", "torch._dynamo.package")
 
 
@@ -326,40 +331,6 @@ def _bump_counter(names: Any) -> None:
     bt._unique_id_counter = itertools.count(max(current, top + 1))
 
 
-def autocast_state() -> dict[str, str]:
-    """{device type: dtype} of every autocast context on in this thread (what a guard's expected
-    dispatch keys depend on)."""
-    import torch
-
-    out: dict[str, str] = {}
-    for device in ("cuda", "cpu", "xpu", "mps"):
-        try:
-            if torch.is_autocast_enabled(device):
-                out[device] = str(torch.get_autocast_dtype(device)).removeprefix("torch.")
-        except Exception:
-            continue
-    return out
-
-
-def autocast_context(state: dict[str, str]) -> contextlib.ExitStack:
-    """Enter the autocast contexts `state` names (built by autocast_state() in the saving process).
-
-    Why: before pytorch#184850 (torch <= 2.13) a loaded package rebuilt its TENSOR_MATCH guards with
-    the loading thread's dispatch TLS, so a program traced under autocast never matched a call under
-    autocast when it was loaded outside it (a miss every time, on the GPU's torch 2.11). Rebuilding
-    the guards inside the same autocast state gives them the compile-time keys; with the fix in
-    torch it changes nothing."""
-    import torch
-
-    stack = contextlib.ExitStack()
-    for device, dtype in state.items():
-        try:
-            stack.enter_context(torch.autocast(device, dtype=getattr(torch, dtype)))
-        except Exception:
-            continue
-    return stack
-
-
 def enable(load: Callable[[Any, dict[str, Any] | None], Any], write: Callable[[Any, str], None],
            recorded: Callable[[Any], None],
            install_context: Callable[[Any], contextlib.AbstractContextManager[Any]],
@@ -434,11 +405,12 @@ def enable(load: Callable[[Any, dict[str, Any] | None], Any], write: Callable[[A
             logging.getLogger(name).addFilter(_saved["quiet"])
         _guards_never_fail_a_compile()
         programs_aot_entries.install()
-        try:  # a torch that moved what it touches keeps DDP frames out of programs, as before
-            ddp_programs.check()
-            ddp_programs.install(lambda why: bypassed(f"DDP split graph: {why}"))
-        except Exception as exc:
-            bypassed(f"DDP split graphs stay out of programs: {type(exc).__name__}: {exc}")
+        for extra in _EXTRAS:  # moved in a torch: that gap stays open, loudly in its compat test
+            try:
+                extra.check()
+                extra.install(lambda why, m=extra.__name__: bypassed(f"{m}: {why}"))
+            except Exception as exc:
+                bypassed(f"{extra.__name__} not installed: {type(exc).__name__}: {exc}")
         klass.initialize = initialize  # type: ignore[method-assign]
         klass.install = install  # type: ignore[method-assign]
         klass.code_context = _guarded_code_context(klass.code_context, on_error)  # type: ignore[method-assign]
@@ -487,7 +459,8 @@ def disable() -> None:
 
     guards.CheckFunctionManager.__init__, guards.CheckFunctionManager.serialize_guards = _saved["guards"]
     programs_aot_entries.uninstall()
-    ddp_programs.uninstall()
+    for extra in _EXTRAS:
+        extra.uninstall()
     for key, value in _saved.items():
         if key.startswith("pkg."):
             setattr(package.CompilePackage, key[4:], value)

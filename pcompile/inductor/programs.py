@@ -25,6 +25,7 @@ frames, and at exit: a job killed mid-run still leaves what it compiled.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import pickle
 import threading
@@ -134,12 +135,46 @@ def load(fn: Any, options: dict[str, Any] | None) -> Any:
     return program
 
 
+def autocast_state() -> dict[str, str]:
+    """{device type: dtype} of every autocast context on in this thread (what a guard's expected
+    dispatch keys depend on)."""
+    import torch
+
+    out: dict[str, str] = {}
+    for device in ("cuda", "cpu", "xpu", "mps"):
+        try:
+            if torch.is_autocast_enabled(device):
+                out[device] = str(torch.get_autocast_dtype(device)).removeprefix("torch.")
+        except Exception:
+            continue
+    return out
+
+
+def autocast_context(state: dict[str, str]) -> contextlib.ExitStack:
+    """Enter the autocast contexts `state` names (built by autocast_state() in the saving process).
+
+    Why: before pytorch#184850 (torch <= 2.13) a loaded package rebuilt its TENSOR_MATCH guards with
+    the loading thread's dispatch TLS, so a program traced under autocast never matched a call under
+    autocast when it was loaded outside it (a miss every time, on the GPU's torch 2.11). Rebuilding
+    the guards inside the same autocast state gives them the compile-time keys; with the fix in
+    torch it changes nothing."""
+    import torch
+
+    stack = contextlib.ExitStack()
+    for device, dtype in state.items():
+        try:
+            stack.enter_context(torch.autocast(device, dtype=getattr(torch, dtype)))
+        except Exception:
+            continue
+    return stack
+
+
 def install_context(pkg: Any) -> Any:
     """Entered while torch installs a loaded program: its guards are rebuilt in the autocast state it
     was traced in (compat/dynamo_programs.autocast_context says why)."""
     from pcompile.compat import dynamo_programs
 
-    return dynamo_programs.autocast_context(_loaded_context.get(getattr(pkg, "source_id", ""), {}))
+    return autocast_context(_loaded_context.get(getattr(pkg, "source_id", ""), {}))
 
 
 def bypassed(why: str) -> None:
@@ -249,7 +284,7 @@ def recorded(pkg: Any) -> None:
         return
     with _lock:
         if sid not in _context:
-            _context[sid] = dynamo_programs.autocast_state()  # the traced frame's thread state, now
+            _context[sid] = autocast_state()  # the traced frame's thread state, now
         _dirty[sid] = pkg
         due = time.monotonic() - _last_flush >= _MIN_GAP_S
     if due:
