@@ -75,7 +75,7 @@ def check() -> None:
 
 
 def _made(name: str) -> Any:
-    """SplitGraphArtifact and Slot, made on first use (their bases are torch's, and this module is
+    """SplitGraphArtifact, Slot and Bucket, made on first use (their bases are torch's, and this module is
     imported before torch is) and kept as module globals, so pickles can name them here."""
     if name not in globals():
         import torch

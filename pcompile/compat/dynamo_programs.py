@@ -49,7 +49,8 @@ import sys
 import types
 from typing import Any, Callable
 
-from pcompile.compat import CompatError, ddp_programs, program_module_globals, program_wrapped_functions, programs_aot_entries, require_attr
+from pcompile.compat import (CompatError, ddp_programs, program_module_globals, program_wrapped_functions,
+                             programs_aot_entries, require_attr)
 
 #: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
 CHECKED = {'torch': '2.11.0, 2.14.1, 2.15.0'}

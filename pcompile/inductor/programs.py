@@ -171,9 +171,7 @@ def autocast_context(state: dict[str, str]) -> contextlib.ExitStack:
 
 def install_context(pkg: Any) -> Any:
     """Entered while torch installs a loaded program: its guards are rebuilt in the autocast state it
-    was traced in (compat/dynamo_programs.autocast_context says why)."""
-    from pcompile.compat import dynamo_programs
-
+    was traced in (autocast_context says why)."""
     return autocast_context(_loaded_context.get(getattr(pkg, "source_id", ""), {}))
 
 
