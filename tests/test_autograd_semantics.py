@@ -258,6 +258,30 @@ def _close(a: list[Any], b: list[Any]) -> bool:
     return True
 
 
+def _differ(stock: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
+    """Rows where pcompile's outcome (values, or the error raised) is not stock's."""
+    assert stock["rows"].keys() == ours["rows"].keys()
+    differ = {}
+    for name, want in stock["rows"].items():
+        got = ours["rows"][name]
+        same = got.get("error") == want.get("error") if "error" in want or "error" in got else \
+            _close(got["values"], want["values"])
+        if not same:
+            differ[name] = {"stock": want.get("error", "values"), "pcompile": got.get("error", "values")}
+    return differ
+
+
+def test_every_row_matches_stock_on_a_restart_from_programs(tmp_path: Path) -> None:
+    """Programs are on by default: the second start runs the matrix's compiled functions from
+    their programs (no Dynamo), and every row must still behave as stock's."""
+    stock = t.finish(_start(tmp_path / "stock"), timeout=900)[0]
+    env = {"PCOMPILE": "1", "PCOMPILE_PROGRAMS": "1", "PCOMPILE_CACHE_DIR": str(tmp_path / "pcompile" / "pc")}
+    t.finish(_start(tmp_path / "pcompile", **env), timeout=900)
+    again = t.finish(_start(tmp_path / "pcompile", **env), timeout=900)[0]
+    assert again["pcompile_active"]
+    assert not _differ(stock, again), f"rows where a restart from programs differs from stock: {_differ(stock, again)}"
+
+
 def test_every_row_matches_stock_under_pcompile(tmp_path: Path) -> None:
     procs = [_start(tmp_path / "stock"),
              _start(tmp_path / "pcompile", PCOMPILE="1", PCOMPILE_CACHE_DIR=str(tmp_path / "pcompile" / "pc"))]

@@ -171,8 +171,18 @@ def autocast_context(state: dict[str, str]) -> contextlib.ExitStack:
 
 def install_context(pkg: Any) -> Any:
     """Entered while torch installs a loaded program: its guards are rebuilt in the autocast state it
-    was traced in (autocast_context says why)."""
-    return autocast_context(_loaded_context.get(getattr(pkg, "source_id", ""), {}))
+    was traced in (autocast_context says why), and its AOTAutograd entries are loaded inside the
+    backward-lowered-ahead scope a compile's are (backend.compile_scope), so a retained graph's
+    backward gets stock's answer (compat/lazy_backward.py) and not AOTAutograd's donated-buffer
+    error: without it a restart from a program raised on `backward(retain_graph=True)`."""
+    from pcompile import compat
+
+    stack = autocast_context(_loaded_context.get(getattr(pkg, "source_id", ""), {}))
+    if compat.check("lazy_backward") is None:
+        from pcompile.compat import lazy_backward
+
+        stack.enter_context(lazy_backward.eager_backward())
+    return stack
 
 
 def bypassed(why: str) -> None:
