@@ -287,14 +287,7 @@ def test_every_row_matches_stock_under_pcompile(tmp_path: Path) -> None:
              _start(tmp_path / "pcompile", PCOMPILE="1", PCOMPILE_CACHE_DIR=str(tmp_path / "pcompile" / "pc"))]
     stock, ours = (t.finish(proc, timeout=900)[0] for proc in procs)
     assert ours["pcompile_active"] and not stock["pcompile_active"], (ours["pcompile_active"], stock["pcompile_active"])
-    assert stock["rows"].keys() == ours["rows"].keys()
-    differ = {}
-    for name, want in stock["rows"].items():
-        got = ours["rows"][name]
-        same = got.get("error") == want.get("error") if "error" in want or "error" in got else \
-            _close(got["values"], want["values"])
-        if not same:
-            differ[name] = {"stock": want.get("error", "values"), "pcompile": got.get("error", "values")}
+    differ = _differ(stock, ours)
     assert not differ, f"rows where PCOMPILE=1 differs from stock: {differ}"
     # the retained-graph rows run (as stock), the freed-then-retained row raises stock's own error
     assert "values" in ours["rows"]["retain_graph"] and "values" in ours["rows"]["retain_graph_module"]
