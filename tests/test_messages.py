@@ -40,7 +40,8 @@ def test_one_lookup_per_layer_inner_and_untimed_are_not_misses() -> None:
 
 
 def test_a_program_miss_is_shown_but_every_compiled_layer_hit_is_still_all_hit() -> None:
-    """A job after a warm (which writes no programs) traces with Dynamo and compiles nothing."""
+    """A job whose program is missing or refused (another option, a frame torch cannot save) traces
+    with Dynamo and compiles nothing."""
     t = hits.from_events([_ev("program", "miss"), _ev("graph", "hit"), _ev("autograd", "hit")])
     assert hits.all_hit(t) and "program 0/1 hit" in hits.summary(t)
     assert not hits.all_hit(hits.from_events([_ev("program", "miss")]))  # nothing compiled was asked

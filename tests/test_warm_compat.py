@@ -15,7 +15,7 @@ from pcompile.warm import reads
 
 #: named here, not taken from warm_runtime.CONCERNS: a module left out of CONCERNS must still be
 #: checked (test_the_whole_check_covers_every_warm_module then fails on the omission)
-@pytest.mark.parametrize("name", ("warm_runtime", "warm_compiled_autograd", "warm_fakes", "warm_launches", "warm_nested", "warm_storage", "warm_timings", "warm_tracers", "warm_training", "warm_uncached",
+@pytest.mark.parametrize("name", ("warm_runtime", "warm_compiled_autograd", "warm_fakes", "warm_launches", "warm_nested", "warm_programs", "warm_storage", "warm_timings", "warm_tracers", "warm_training", "warm_uncached",
                                   "warm_values"))
 def test_private_apis_present_in_this_torch(name):
     module = importlib.import_module(f"pcompile.compat.{name}")

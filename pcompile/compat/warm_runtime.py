@@ -11,6 +11,7 @@ it relies on, one module per concern:
 - warm_compiled_autograd.py: compiled autograd's capture on the script's fakes;
 - warm_launches.py: executing compiled code on fakes;
 - warm_nested.py: nested jagged tensors built on the script's fakes;
+- warm_programs.py: the guards of the programs a warm writes;
 - warm_timings.py: GPU timings asked for while compiling;
 - warm_training.py: DDP, GradScaler and the fake process group's store;
 - warm_uncached.py: graphs Inductor will not cache, and why;
@@ -33,7 +34,7 @@ from pcompile.compat.gate import TORCH_RANGE as SUPPORTED  # one range for hooks
 CHECKED = {"torch": "2.11.0, 2.14.1, 2.15.0 (2.15: check() and tests/test_warm*.py)"}
 
 #: the warm modules whose check() this module's check() runs too
-CONCERNS = ("warm_checkpoints", "warm_compiled_autograd", "warm_fakes", "warm_launches", "warm_nested", "warm_storage", "warm_timings", "warm_tracers", "warm_training", "warm_uncached", "warm_values")
+CONCERNS = ("warm_checkpoints", "warm_compiled_autograd", "warm_fakes", "warm_launches", "warm_nested", "warm_programs", "warm_storage", "warm_timings", "warm_tracers", "warm_training", "warm_uncached", "warm_values")
 
 # (module path, attribute) of every private symbol used below.
 PRIVATE_SYMBOLS: list[tuple[str, str]] = [

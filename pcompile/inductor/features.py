@@ -199,12 +199,9 @@ def _uninstall_remote() -> None:
 
 
 def _programs_wanted() -> bool:
-    """Not inside a warm: a program traced on the virtual device holds guard state (its fake
-    tensors) that a GPU job cannot unpickle, so the job would only fall back (measured: every such
-    install failed). The warm's FX/AOTAutograd entries are what the GPU job loads."""
-    from pcompile.settings import WARMING
-
-    return bool(PROGRAMS.get()) and not bool(WARMING.get())
+    """A warm writes them too: its guards are pickled as the GPU job's real tensors
+    (compat/warm_programs.py), so the job after a warm skips Dynamo as a restart does."""
+    return bool(PROGRAMS.get())
 
 
 def _install_programs(ctx: Context) -> bool:

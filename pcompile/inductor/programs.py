@@ -89,7 +89,7 @@ def device_context() -> dict[str, Any]:
     LOCAL_RANK (torchrun's), as every rank of a node is."""
     import os
 
-    device = None
+    device = 0  # CUDA's default device, which a process that has not initialised CUDA yet compiles for
     try:
         import torch
 
@@ -105,8 +105,12 @@ def _name(sid: str) -> str:
 
 
 def load(fn: Any, options: dict[str, Any] | None) -> Any:
-    """DynamoCache.load: this function's program from the store, or None (Dynamo traces it)."""
+    """DynamoCache.load: this function's program from the store, or None (Dynamo traces it).
+
+    A warm never loads one: its guards stand for the GPU job's real tensors (compat/warm_programs.py),
+    which the warm's fakes never pass, and the warm traces to fill the caches anyway."""
     from pcompile.compat import dynamo_programs
+    from pcompile.settings import WARMING
 
     try:
         sid = dynamo_programs.source_id(fn)
@@ -119,6 +123,8 @@ def load(fn: Any, options: dict[str, Any] | None) -> Any:
         if _digests.setdefault(sid, digest) != digest:
             _ambiguous.add(sid)
             return None
+    if WARMING.get():
+        return None  # named above, so that its program is saved
     entry = store_gateway.lookup(KIND, _name(sid), single_flight=False)
     if entry is None:
         return None

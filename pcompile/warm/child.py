@@ -222,6 +222,9 @@ def _adjust_torch(spec: dict[str, Any], report: dict[str, Any], strict: _Strict)
     from pcompile.compat import warm_tracers
 
     warm_tracers.tracers_see_no_script_mode(mode)  # the script's make_fx makes its own mode, as on the GPU
+    from pcompile.compat import warm_programs
+
+    warm_programs.pickle_script_fakes_as_real(is_script_fake)  # programs' guards stand for the job's tensors
     if spec.get("world_size"):
         from pcompile.warm import fakepg
 

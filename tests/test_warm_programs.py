@@ -1,0 +1,123 @@
+"""The job after a warm runs from the warm's programs: no Dynamo trace (compat/warm_programs.py).
+
+The warm runs the script on fakes; the "GPU job" is the same script run for real on the virtual
+device (it compiles, loads and launches as on a GPU; no matmul, which the virtual device cannot
+run). Each job is a fresh process, with programs on as by default.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pcompile.inductor import _testing as t
+from pcompile.vdev import build, preload
+from pcompile.vdev.profile import resolve
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the virtual device is Linux-only")
+
+#: Two frames (a graph break), parameters, a buffer and a LayerNorm, trained for two steps.
+SCRIPT = r'''
+import json, os
+import torch
+
+torch.manual_seed(0)
+batch = int(os.environ.get("CASE_BATCH", "16"))
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(64))
+        self.b = torch.nn.Parameter(torch.zeros(64))
+        self.register_buffer("shift", torch.full((64,), 0.25))
+        self.ln = torch.nn.LayerNorm(64)
+
+    def forward(self, x):
+        h = torch.nn.functional.gelu(self.ln(x * self.w + self.b))
+        torch._dynamo.graph_break()
+        return torch.where(h > 0, h, h + self.shift).sum(-1)
+
+
+model = Block().cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+step = torch.compile(model)
+for _ in range(2):
+    opt.zero_grad()
+    out = step(torch.randn(batch, 64, device="cuda"))
+    out.float().pow(2).mean().backward()
+    opt.step()
+if os.environ.get("CASE_REPORT"):
+    from torch._dynamo.utils import counters
+    from pcompile.inductor import programs
+    print("RESULT " + json.dumps({"frames": counters["frames"].get("ok", 0),
+                                  "loaded": sum(programs.loaded.values())}), flush=True)
+'''
+
+
+@pytest.fixture(scope="module")
+def lib(vdev_dir: Path) -> Path:
+    return build.library()
+
+
+@pytest.fixture(scope="module")
+def warmed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, subprocess.CompletedProcess]:
+    tmp = tmp_path_factory.mktemp("warm_programs")
+    script = t.write_script(tmp, "train.py", SCRIPT)
+    cache = tmp / "cache"
+    env = t.clean_env(PCOMPILE_PROGRESS="0", PCOMPILE_PROGRAMS="1")
+    proc = subprocess.run([sys.executable, "-m", "pcompile.cli.main", "warm", str(script), "--target", "h100",
+                           "--cache-dir", str(cache)], env=env, cwd=str(tmp), capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    return script, cache, proc
+
+
+def job(lib: Path, script: Path, cache: Path, **extra: str) -> tuple[dict, str]:
+    work = script.parent / f"vdev-job-{len(list(script.parent.glob('vdev-job-*')))}"
+    work.mkdir()
+    env = preload.child_env(lib, resolve("h100"), work, strict=False,
+                            base=t.clean_env(PCOMPILE_CACHE_DIR=str(cache), PCOMPILE_PROGRAMS="1"))
+    env.update(PCOMPILE="1", CASE_REPORT="1", **extra)
+    proc = subprocess.run([sys.executable, str(script)], env=env, cwd=str(script.parent), capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")][-1]
+    return json.loads(line[len("RESULT "):]), proc.stderr
+
+
+def program_entries(cache: Path) -> list[Path]:
+    return sorted((cache / "store" / "manifests" / "program").rglob("*.json"))
+
+
+def test_the_warm_writes_a_program_and_the_job_after_it_traces_nothing(lib, warmed):
+    script, cache, _ = warmed
+    assert program_entries(cache), "the warm wrote no program"
+    got, err = job(lib, script, cache)
+    # both frames of the graph break came from the warm's program: its guards passed on real tensors
+    assert got == {"frames": 0, "loaded": 2}, (got, err[-3000:])
+    assert "PcompileFallbackWarning" not in err, err[-3000:]
+
+
+def test_a_job_whose_tensors_differ_from_the_warms_fails_the_guards_and_traces(lib, warmed):
+    """The guards check the job's tensors for real: another batch size re-traces, and runs."""
+    script, cache, _ = warmed
+    got, err = job(lib, script, cache, CASE_BATCH="24")
+    assert got["loaded"] == 2 and got["frames"] >= 1, (got, err[-3000:])
+
+
+def test_a_warm_never_loads_a_program(warmed, tmp_path):
+    """The warm traces to fill the caches; its guards stand for real tensors its fakes never pass."""
+    script, cache, first = warmed
+    env = t.clean_env(PCOMPILE_PROGRESS="0", PCOMPILE_PROGRAMS="1")
+    proc = subprocess.run([sys.executable, "-m", "pcompile.cli.main", "warm", str(script), "--target", "h100",
+                           "--cache-dir", str(cache), "--json"], env=env, cwd=str(script.parent),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    result = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith("{")][-1])
+    assert result["report"]["counters"]["stats"].get("unique_graphs", 0) >= 2, result["report"]["counters"]  # traced
+    assert "program" not in json.dumps(result["lookups"]), result["lookups"]
