@@ -59,8 +59,8 @@ def _cli(*args: str, env: dict[str, str], timeout: float = 240) -> subprocess.Co
     return out
 
 
-def _job(script: Path, cache: Path, entry_points: Path | None) -> dict:
-    env = _env(cache, PCOMPILE="1")
+def _job(script: Path, cache: Path, entry_points: Path | None, **extra: str) -> dict:
+    env = _env(cache, PCOMPILE="1", **extra)
     if entry_points is not None:  # pcompile's torch.backends entry point, where this checkout is not pip-installed
         env["PYTHONPATH"] = str(entry_points) + os.pathsep + env["PYTHONPATH"]
     proc = subprocess.run([sys.executable, str(script)], env=env, cwd=script.parent, capture_output=True, text=True,
@@ -159,3 +159,17 @@ def test_with_programs_a_restart_converts_no_frame_and_computes_the_same_losses(
     assert first["frames"].get("ok", 0) >= 1, first["frames"]
     assert again["frames"].get("ok", 0) == 0, again["frames"]
     assert again["losses"] == first["losses"], (first["losses"], again["losses"])
+
+
+def test_with_programs_the_job_after_a_warm_converts_no_frame_and_computes_the_same_losses(warmed: dict,
+                                                                                           tmp_path: Path) -> None:
+    """Programs on (the default) in warm and job: the warm writes each frame's program with guards for
+    this GPU's real tensors (compat/warm_programs.py), and the GPU job installs them without tracing."""
+    cache = tmp_path / "cache"
+    profile = warmed["root"] / "board.json"
+    _cli("warm", str(warmed["script"]), "--target", str(profile), "--cache-dir", str(cache),
+         env=_env(cache, CUDA_VISIBLE_DEVICES="", PCOMPILE_PROGRAMS="1"), timeout=300)
+    job = _job(warmed["script"], cache, warmed["ep"], PCOMPILE_PROGRAMS="1")
+    assert job["frames"].get("ok", 0) == 0, job["frames"]
+    assert job["inductor"].get("fxgraph_cache_miss", 0) == 0 and job["aot_autograd"].get("autograd_cache_miss", 0) == 0, job
+    assert job["losses"] == warmed["first"]["losses"], (warmed["first"]["losses"], job["losses"])
