@@ -443,6 +443,55 @@ def test_a_module_the_bytecode_loads_through_a_global_is_installed_with_the_prog
     assert again["losses"] == first["losses"] and again["kind"] == "OrderedDict"
 
 
+
+PROPERTY_GETTER = r"""
+import json, torch
+import torch.nn.functional as F
+
+
+class Base(torch.nn.Module):
+    @property
+    def loss_function(self):  # as transformers' PreTrainedModel.loss_function: a frame of its own
+        torch._dynamo.graph_break()
+        return F.mse_loss
+
+
+class Net(Base):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x, y):
+        return self.loss_function(self.fc(x), y)
+
+
+torch.manual_seed(0)
+model = Net()
+compiled = torch.compile(model, backend="pcompile")
+x, y = torch.randn(4, 8), torch.randn(4, 4)
+losses = []
+for _ in range(2):
+    loss = compiled(x, y)
+    loss.backward()
+    losses.append(loss.item())
+from torch._dynamo.utils import counters
+print("RESULT " + json.dumps({"losses": losses, "frames": int(counters["frames"]["ok"])}))
+"""
+
+
+def test_a_frame_in_a_property_getter_restarts_from_the_program(tmp_path: Path) -> None:
+    """A property's getter compiled as a frame of its own (every HF causal LM's `self.loss_function`)
+    could not be named ("Lookup scope: <property object>"), so the program left it out and every
+    restart traced it, with a warning (compat/program_property_code.py)."""
+    work, cache = tmp_path / "w", tmp_path / "c"
+    work.mkdir()
+    (work / "job.py").write_text(PROPERTY_GETTER)
+    first = _run(work, cache)
+    again = _run(work, cache)
+    assert first["frames"] >= 2 and again["frames"] == 0, again["stderr"][-3000:]
+    assert again["losses"] == first["losses"]
+    assert "left out of its program" not in first["stderr"] + again["stderr"]
+
 TRANSFORMERS = r'''
 import json
 import torch
