@@ -59,6 +59,7 @@ _loaded_blob: dict[str, bytes] = {}  # source_id -> the loaded program as stored
 _last_flush = 0.0
 _registered = False
 loaded: dict[str, int] = {}  # source_id -> frames installed from a program (this process)
+_parts: dict[str, dict[str, Any]] = {}  # source_id -> what its key was made of (program_misses.parts)
 
 
 def _stable(value: Any) -> Any:
@@ -68,16 +69,19 @@ def _stable(value: Any) -> Any:
     return repr(value)
 
 
-def options_digest(options: dict[str, Any]) -> str:
-    """One string for everything besides source that changes what a program holds."""
+def options_digest(options: dict[str, Any], fn_name: str = "?") -> tuple[str, dict[str, Any]]:
+    """One string for everything besides source that changes what a program holds, and the parts it
+    was made of (kept in the program's meta for `program_misses`)."""
     import xxhash
 
     from pcompile.compat import dynamo_programs
+    from pcompile.inductor import program_misses
 
     configs = dynamo_programs.config_snapshot()
-    text = json.dumps({"format": FORMAT, "options": options, "configs": configs, "device": device_context()}, sort_keys=True,
+    device = device_context()
+    text = json.dumps({"format": FORMAT, "options": options, "configs": configs, "device": device}, sort_keys=True,
                       default=_stable)
-    return xxhash.xxh3_128_hexdigest(text.encode())
+    return xxhash.xxh3_128_hexdigest(text.encode()), program_misses.parts(fn_name, options, configs, device)
 
 
 def device_context() -> dict[str, Any]:
@@ -118,15 +122,17 @@ def load(fn: Any, options: dict[str, Any] | None) -> Any:
         return None
     if options is None:
         return None
-    digest = options_digest(options)
+    digest, parts = options_digest(options, _fn_name(fn))
     with _lock:
         if _digests.setdefault(sid, digest) != digest:
             _ambiguous.add(sid)
             return None
+        _parts[sid] = parts
     if WARMING.get():
         return None  # named above, so that its program is saved
     entry = store_gateway.lookup(KIND, _name(sid), single_flight=False)
     if entry is None:
+        _explain_miss(sid)
         return None
     try:
         program = pickle.loads(entry.blobs[store_gateway_blob()])
@@ -139,6 +145,29 @@ def load(fn: Any, options: dict[str, Any] | None) -> Any:
     _loaded_blob[sid] = entry.blobs[store_gateway_blob()]
     _loaded_context[sid] = {str(k): str(v) for k, v in dict(context).items()}
     return program
+
+
+def _fn_name(fn: Any) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__qualname__)}"
+
+
+def _meta_parts(sid: str) -> dict[str, Any]:
+    with _lock:
+        return dict(_parts.get(sid, {}))
+
+
+def _explain_miss(sid: str) -> None:
+    """A miss where the node-local store holds a program of this function: say what differs."""
+    from pcompile.config import Settings
+    from pcompile.inductor import program_misses
+    from pcompile.inductor.layer_keys import layer_fingerprint
+
+    try:
+        root = Settings.from_env().cache_dir / "store"
+        fingerprint = layer_fingerprint(KIND)
+    except Exception:
+        return
+    program_misses.report(root, sid, _meta_parts(sid), fingerprint)
 
 
 def autocast_state() -> dict[str, str]:
@@ -256,7 +285,7 @@ def _save(sid: str, pkg: Any, final: bool = False) -> None:
                   "log line above); a restart traces the frames that use them with Dynamo")
     context = json.dumps(_context.get(sid, {}), sort_keys=True).encode()
     store_gateway.publish(KIND, name, {store_gateway_blob(): data, CONTEXT_BLOB: context},
-                          meta={"frames": dynamo_programs.frame_count(program), "source": sid},
+                          meta={"frames": dynamo_programs.frame_count(program), "source": sid, "parts": _meta_parts(sid)},
                           compile_seconds=time.perf_counter() - t0, compiled=False)
 
 
@@ -267,7 +296,8 @@ def write(entry: Any, sid: str) -> None:
             return
         name = _name(sid)
     context = json.dumps(_context.get(sid, {}), sort_keys=True).encode()
-    store_gateway.publish(KIND, name, {store_gateway_blob(): pickle.dumps(entry), CONTEXT_BLOB: context}, compiled=False)
+    store_gateway.publish(KIND, name, {store_gateway_blob(): pickle.dumps(entry), CONTEXT_BLOB: context},
+                          meta={"source": sid, "parts": _meta_parts(sid)}, compiled=False)
 
 
 def flush(final: bool = False) -> None:
@@ -341,4 +371,5 @@ def uninstall() -> None:
         _context.clear()
         _loaded_context.clear()
         _loaded_blob.clear()
+        _parts.clear()
     loaded.clear()

@@ -1,0 +1,38 @@
+"""program_misses: a miss names the parts that differ from the newest stored program of the function."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pcompile.inductor import program_misses as pm
+
+
+def _store(root: Path, name: str, meta: dict, fingerprint: dict) -> None:
+    folder = root / "manifests" / "program" / name[:2]
+    folder.mkdir(parents=True, exist_ok=True)
+    body = {"key": f"program-{name}", "meta": meta, "inputs": {"layer": "program", "fingerprint": fingerprint}}
+    (folder / f"program-{name}.json").write_text(json.dumps(body))
+
+
+def test_the_parts_that_differ_are_named_and_another_function_is_ignored(tmp_path: Path) -> None:
+    mine = pm.parts("m.Net.forward", {"backend": "inductor"}, {"dynamo": {"a": 1}, "inductor": {"b": 2}}, {"cuda_device": 0})
+    theirs = pm.parts("m.Net.forward", {"backend": "inductor"}, {"dynamo": {"a": 1}, "inductor": {"b": 3}}, {"cuda_device": 1})
+    other = pm.parts("m.Other.forward", {"backend": "eager"}, {}, {})
+    _store(tmp_path, "aa", {"source": "sid-other", "parts": other}, {"torch": "2.11"})
+    assert pm.explain(tmp_path, "sid-1", mine, {"torch": "2.11"}) is None  # no program of this function
+    _store(tmp_path, "bb", {"source": "sid-1", "parts": theirs}, {"torch": "2.14"})
+    assert pm.explain(tmp_path, "sid-1", mine, {"torch": "2.11"}) == ["configs.inductor", "device", "fingerprint.torch"]
+
+
+def test_the_same_function_under_another_source_id_says_source(tmp_path: Path) -> None:
+    mine = pm.parts("m.Net.forward", {}, {}, {"cuda_device": 0})
+    _store(tmp_path, "cc", {"source": "sid-old", "parts": mine}, {"torch": "2.11"})
+    assert pm.explain(tmp_path, "sid-new", mine, {"torch": "2.11"}) == ["source"]
+
+
+def test_a_program_saved_without_parts_or_an_unreadable_manifest_explains_nothing(tmp_path: Path) -> None:
+    mine = pm.parts("m.Net.forward", {}, {}, {})
+    _store(tmp_path, "dd", {"source": "sid-1"}, {})
+    (tmp_path / "manifests" / "program" / "dd" / "program-ee.json").write_text("{not json")
+    assert pm.explain(tmp_path, "sid-1", mine, {}) is None
+    assert pm.explain(tmp_path / "absent", "sid-1", mine, {}) is None
