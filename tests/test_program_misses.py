@@ -36,3 +36,17 @@ def test_a_program_saved_without_parts_or_an_unreadable_manifest_explains_nothin
     (tmp_path / "manifests" / "program" / "dd" / "program-ee.json").write_text("{not json")
     assert pm.explain(tmp_path, "sid-1", mine, {}) is None
     assert pm.explain(tmp_path / "absent", "sid-1", mine, {}) is None
+
+
+def test_a_config_set_is_the_same_part_in_every_process() -> None:
+    """Sets in Dynamo's config iterate in a per-process order (string hashing is salted per process);
+    the key sorts them, and so must the parts, or every miss would name `configs.dynamo`."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from pcompile.inductor import program_misses as pm; "
+            "print(pm._digest({'ignore': {'torch.testing', 'torch._refs', 'torch._prims', 'torch._decomp', 'x', 'y'}}))")
+    seen = {subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONHASHSEED=str(seed)),
+                           capture_output=True, text=True, check=True).stdout.strip() for seed in range(1, 6)}
+    assert len(seen) == 1, seen

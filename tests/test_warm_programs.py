@@ -121,3 +121,18 @@ def test_a_warm_never_loads_a_program(warmed, tmp_path):
     result = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith("{")][-1])
     assert result["report"]["counters"]["stats"].get("unique_graphs", 0) >= 2, result["report"]["counters"]  # traced
     assert "program" not in json.dumps(result["lookups"]), result["lookups"]
+
+
+def test_a_program_is_keyed_by_the_gpu_a_rank_will_use_before_cuda_is_initialised(monkeypatch) -> None:
+    """A warm never initialises CUDA: rank r of a `--world-size W --ranks all` warm must key its
+    program as the GPU job's rank r does after `set_device(r)` (each rank runs its own program)."""
+    import torch
+
+    from pcompile.inductor import programs
+
+    if torch.cuda.is_initialized():
+        pytest.skip("CUDA is initialised in this process")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert programs.device_context() == {"cuda_device": 1, "local_rank": "1"}
+    monkeypatch.delenv("LOCAL_RANK")
+    assert programs.device_context() == {"cuda_device": 0, "local_rank": None}

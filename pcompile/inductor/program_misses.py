@@ -22,8 +22,15 @@ import xxhash
 MAX_READ = 64
 
 
+def stable(value: Any) -> Any:
+    """As the key's own JSON: sets sorted (their order changes per process), other values by repr."""
+    if isinstance(value, (set, frozenset)):
+        return sorted(repr(v) for v in value)
+    return repr(value)
+
+
 def _digest(value: Any) -> str:
-    return xxhash.xxh3_64_hexdigest(json.dumps(value, sort_keys=True, default=repr).encode())
+    return xxhash.xxh3_64_hexdigest(json.dumps(value, sort_keys=True, default=stable).encode())
 
 
 def parts(fn_name: str, options: dict[str, Any], configs: dict[str, Any], device: dict[str, Any]) -> dict[str, Any]:

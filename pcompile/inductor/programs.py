@@ -62,13 +62,6 @@ loaded: dict[str, int] = {}  # source_id -> frames installed from a program (thi
 _parts: dict[str, dict[str, Any]] = {}  # source_id -> what its key was made of (program_misses.parts)
 
 
-def _stable(value: Any) -> Any:
-    """JSON for config values json cannot take; sets sorted (their repr's order changes per process)."""
-    if isinstance(value, (set, frozenset)):
-        return sorted(repr(v) for v in value)
-    return repr(value)
-
-
 def options_digest(options: dict[str, Any], fn_name: str = "?") -> tuple[str, dict[str, Any]]:
     """One string for everything besides source that changes what a program holds, and the parts it
     was made of (kept in the program's meta for `program_misses`)."""
@@ -80,7 +73,7 @@ def options_digest(options: dict[str, Any], fn_name: str = "?") -> tuple[str, di
     configs = dynamo_programs.config_snapshot()
     device = device_context()
     text = json.dumps({"format": FORMAT, "options": options, "configs": configs, "device": device}, sort_keys=True,
-                      default=_stable)
+                      default=program_misses.stable)
     return xxhash.xxh3_128_hexdigest(text.encode()), program_misses.parts(fn_name, options, configs, device)
 
 
@@ -93,7 +86,9 @@ def device_context() -> dict[str, Any]:
     LOCAL_RANK (torchrun's), as every rank of a node is."""
     import os
 
-    device = 0  # CUDA's default device, which a process that has not initialised CUDA yet compiles for
+    local_rank = os.environ.get("LOCAL_RANK")
+    # Before CUDA is initialised (always, in a warm): the GPU a torchrun rank will pick, else CUDA's default.
+    device = int(local_rank) if local_rank is not None and local_rank.isdigit() else 0
     try:
         import torch
 
@@ -101,7 +96,7 @@ def device_context() -> dict[str, Any]:
             device = int(torch.cuda.current_device())
     except Exception:
         pass
-    return {"cuda_device": device, "local_rank": os.environ.get("LOCAL_RANK")}
+    return {"cuda_device": device, "local_rank": local_rank}
 
 
 def _name(sid: str) -> str:
