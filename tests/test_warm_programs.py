@@ -136,3 +136,71 @@ def test_a_program_is_keyed_by_the_gpu_a_rank_will_use_before_cuda_is_initialise
     assert programs.device_context() == {"cuda_device": 1, "local_rank": "1"}
     monkeypatch.delenv("LOCAL_RANK")
     assert programs.device_context() == {"cuda_device": 0, "local_rank": None}
+
+
+#: torchrun-style DDP around a compiled module of the script's own (nanoGPT's order), elementwise
+#: (no matmul on the virtual device); gloo in the job (no NCCL on the virtual device)
+DDP_SCRIPT = r'''
+import json, os
+import torch, torch.distributed as dist, torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group(backend=os.environ.get("CASE_BACKEND", "nccl"))
+rank = int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(rank)
+torch.manual_seed(0)
+
+
+class Stack(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.ParameterList(nn.Parameter(torch.randn(512)) for _ in range(4))
+
+    def forward(self, x):
+        for w in self.w:
+            x = torch.relu(x * w + 0.5)
+        return x
+
+
+model = torch.compile(Stack().cuda())
+ddp = DDP(model, device_ids=[rank], bucket_cap_mb=1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(2):
+    ddp(torch.randn(8, 512, device="cuda")).mean().backward()
+    opt.step()
+    opt.zero_grad()
+if os.environ.get("CASE_REPORT"):
+    from torch._dynamo.utils import counters
+    from pcompile.inductor import programs
+    print("RESULT " + json.dumps({"rank": rank, "loaded": sum(programs.loaded.values()),
+                                  "aot": dict(counters["aot_autograd"])}), flush=True)
+'''
+
+
+def test_every_rank_of_a_ddp_job_runs_from_a_ranks_all_warms_programs(lib, tmp_path) -> None:
+    """`--world-size 2 --ranks all`: each rank's program is keyed by its GPU, and the warm runs with
+    torchrun's OMP_NUM_THREADS=1, which every frame's guards check: the job's ranks install their
+    programs and never reach AOTAutograd for the forward (before: both traced it again)."""
+    script = t.write_script(tmp_path, "train.py", DDP_SCRIPT)
+    cache = tmp_path / "cache"
+    env = t.clean_env(PCOMPILE_PROGRESS="0", PCOMPILE_PROGRAMS="1")
+    env.pop("OMP_NUM_THREADS", None)
+    warm = subprocess.run([sys.executable, "-m", "pcompile.cli.main", "warm", str(script), "--target", "h100",
+                           "--world-size", "2", "--ranks", "all", "--cache-dir", str(cache)], env=env, cwd=str(tmp_path),
+                          capture_output=True, text=True, timeout=900)
+    assert warm.returncode == 0, (warm.stdout + warm.stderr)[-4000:]
+    work = tmp_path / "vdev-ddp"
+    work.mkdir()
+    job_env = preload.child_env(lib, resolve("h100"), work, strict=False, devices=2,
+                                base=t.clean_env(PCOMPILE_CACHE_DIR=str(cache), PCOMPILE_PROGRAMS="1"))
+    job_env.pop("OMP_NUM_THREADS", None)
+    job_env.update(PCOMPILE="1", CASE_REPORT="1", CASE_BACKEND="gloo")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script)],
+                          env=job_env, cwd=str(tmp_path), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    ranks = sorted((json.loads(ln.split("RESULT ", 1)[1]) for ln in proc.stdout.splitlines() if "RESULT " in ln),
+                   key=lambda r: r["rank"])
+    assert [r["rank"] for r in ranks] == [0, 1], proc.stdout[-2000:]
+    for r in ranks:
+        assert r["loaded"] >= 1 and not r["aot"].get("autograd_cache_hit") and not r["aot"].get("autograd_cache_miss"), \
+            (r, proc.stderr[-3000:])

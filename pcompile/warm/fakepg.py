@@ -6,13 +6,20 @@ are warmed. The script's own `init_process_group(...)` call is redirected to the
 """
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import Any, Mapping
 
 
-def env_for(world_size: int, rank: int = 0) -> dict[str, str]:
-    """torchrun's variables for `rank` of `world_size` on one node."""
-    return {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_WORLD_SIZE": str(world_size),
-            "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+def env_for(world_size: int, rank: int = 0, inherited: Mapping[str, str] | None = None) -> dict[str, str]:
+    """torchrun's variables for `rank` of `world_size` on one node, OMP_NUM_THREADS included: torchrun
+    sets it to 1 for several ranks per node unless the user did, and Dynamo guards every frame on the
+    thread count (its global state), so a warm that kept its own count wrote programs no rank could
+    run (the DDP ranks after a warm traced every frame)."""
+    env = {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_WORLD_SIZE": str(world_size),
+           "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+    if world_size > 1 and "OMP_NUM_THREADS" not in (inherited if inherited is not None else os.environ):
+        env["OMP_NUM_THREADS"] = "1"
+    return env
 
 
 def install(world_size: int, rank: int = 0) -> None:

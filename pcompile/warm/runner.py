@@ -371,7 +371,7 @@ def _run_rank(opts: WarmOptions, settings: Settings, profile: DeviceProfile, lib
         if opts.world_size:
             from pcompile.warm.fakepg import env_for
 
-            env.update(env_for(opts.world_size, rank))
+            env.update(env_for(opts.world_size, rank, env))
         rank_dir = run_dir / f"rank{rank}" if opts.world_size else run_dir
         rank_dir.mkdir(parents=True, exist_ok=True)
         spec = {"script": str(script.resolve()), "args": opts.script_args, "steps": opts.steps,
