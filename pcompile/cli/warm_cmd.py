@@ -29,7 +29,8 @@ def _add_options(p: argparse.ArgumentParser) -> None:
                    help="training steps to run (default 2: step 2 catches recompiles), or 'all': the script runs to its "
                         "end, so graphs that only run later (an eval at the end of an epoch, a last short batch) are warmed too")
     p.add_argument("--world-size", type=int, default=0, help="run as rank 0 of W with a fake process group and W virtual GPUs (torchrun-style scripts: DDP, FSDP2)")
-    p.add_argument("--ranks", default="0", help="with --world-size: which ranks to run, 'all' or e.g. 0,3 (for jobs whose ranks run different programs)")
+    p.add_argument("--ranks", default="0", help="with --world-size: which ranks to run, 'all' or e.g. 0,3 (rank 0 fills the caches every rank loads; "
+                        "each rank run also writes that rank's Dynamo programs, so 'all' lets no rank trace)")
     p.add_argument("--check", action="store_true", help="also report what fraction of lookups hit before this run")
     p.add_argument("--strict", action="store_true", help="fail if a native kernel launches while Inductor compiles")
     p.add_argument("--timeout", type=float, default=None, help="give up after this many seconds")
