@@ -195,4 +195,5 @@ def test_with_programs_the_job_after_a_warm_converts_no_frame_and_computes_the_s
     job = _job(script, cache, warmed["ep"], PCOMPILE_PROGRAMS="1", TORCH_LOGS="recompiles")
     assert job["frames"].get("ok", 0) == 0, (job["frames"], job["stderr"])  # a failed guard is logged
     assert job["inductor"].get("fxgraph_cache_miss", 0) == 0 and job["aot_autograd"].get("autograd_cache_miss", 0) == 0, job
-    assert job["losses"] == warmed["first"]["losses"], (warmed["first"]["losses"], job["losses"])
+    # the same model and data as the first job's (a script-defined wrapper may fuse differently: fp32 noise)
+    assert job["losses"] == pytest.approx(warmed["first"]["losses"], rel=1e-5), (warmed["first"]["losses"], job["losses"])
