@@ -18,6 +18,8 @@ from typing import Any
 
 import xxhash
 
+from pcompile.store import fsio
+
 #: at most this many program manifests are read for one miss (newest first)
 MAX_READ = 64
 
@@ -48,6 +50,8 @@ def differences(mine: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
 
 
 def _manifests(store_root: Path) -> list[Path]:
+    """The program layer's manifest files (store/fs_tier.py's layout), newest first; only that layer's
+    folder is listed (`DirectoryTier.keys()` walks every layer's, thousands of kernels)."""
     folder = store_root / "manifests" / "program"
     try:
         found = [p for p in folder.rglob("*.json")]
@@ -63,7 +67,7 @@ def explain(store_root: Path, sid: str, mine: dict[str, Any], fingerprint: dict[
     mine = {**mine, **{f"fingerprint.{k}": v for k, v in fingerprint.items()}}
     for path in _manifests(store_root):
         try:
-            body = json.loads(path.read_bytes())
+            body = json.loads(fsio.read_without_access(path))  # a diagnosis is no use: GC's LRU stays as it was
         except (OSError, ValueError):
             continue
         meta = body.get("meta") or {}
