@@ -198,9 +198,19 @@ def test_every_rank_of_a_ddp_job_runs_from_a_ranks_all_warms_programs(lib, tmp_p
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script)],
                           env=job_env, cwd=str(tmp_path), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    ranks = sorted((json.loads(ln.split("RESULT ", 1)[1]) for ln in proc.stdout.splitlines() if "RESULT " in ln),
-                   key=lambda r: r["rank"])
+    # the ranks print at once: two results can share a line, so each is decoded where its marker ends
+    decoder, text = json.JSONDecoder(), proc.stdout
+    found = [decoder.raw_decode(text, at + len("RESULT "))[0] for at in _marks(text, "RESULT ")]
+    ranks = sorted(found, key=lambda r: r["rank"])
     assert [r["rank"] for r in ranks] == [0, 1], proc.stdout[-2000:]
     for r in ranks:
         assert r["loaded"] >= 1 and not r["aot"].get("autograd_cache_hit") and not r["aot"].get("autograd_cache_miss"), \
             (r, proc.stderr[-3000:])
+
+
+def _marks(text: str, mark: str) -> list[int]:
+    at, out = text.find(mark), []
+    while at >= 0:
+        out.append(at)
+        at = text.find(mark, at + 1)
+    return out
