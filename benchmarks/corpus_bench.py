@@ -125,10 +125,11 @@ def warm_case(case: dict[str, Any], work: Path, small: bool, timeout: float, roo
 def _warm(case: dict[str, Any], work: Path, small: bool, timeout: float, root: Path, target: str,
           label: str) -> tuple[int, float, list[str], dict[str, Any]]:
     """`pcompile warm --json` of the case into work/pcompile-cache, the GPU watched: (rc, seconds,
-    GPU processes seen, the warm's JSON)."""
+    GPU processes seen, the warm's JSON). A torchrun case's warm writes every rank's program
+    (`--ranks all`, as the README advises for DDP jobs): rank 0 alone leaves the others tracing."""
     cwd, ranks = root / case.get("cwd", "."), _ranks(case)
     warm = [sys.executable, "-m", "pcompile.cli.main", "warm", str(root / case["script"]), "--target", target,
-            "--cache-dir", str(work / "pcompile-cache"), "--json"] + (["--world-size", str(ranks)] if ranks else []) + \
+            "--cache-dir", str(work / "pcompile-cache"), "--json"] + (["--world-size", str(ranks), "--ranks", "all"] if ranks else []) + \
         list(case.get("warm_args") or []) + ["--", *_case_args(case, small)]
     with GpuWatch() as watch:
         rc, secs = _run(warm, dict(_base_env(case), PCOMPILE_PROGRESS="0"), cwd, work / f"{label}.log", timeout)
