@@ -491,6 +491,58 @@ def test_a_frame_in_a_property_getter_restarts_from_the_program(tmp_path: Path) 
     assert again["losses"] == first["losses"]
     assert "left out of its program" not in first["stderr"] + again["stderr"]
 
+GENERATED_CODE = r"""
+import dataclasses, json, torch
+import torch.nn.functional as F
+
+
+@dataclasses.dataclass
+class Output:  # as transformers' ModelOutput subclasses: a dataclass, whose __init__ is exec'd code
+    loss: torch.Tensor
+    scale: float = 1.0
+
+    def __post_init__(self):
+        torch._dynamo.graph_break()
+        self.loss = self.loss * self.scale
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x, y):
+        return Output(F.mse_loss(self.fc(x), y), 2.0)
+
+
+torch.manual_seed(0)
+compiled = torch.compile(Net(), backend="pcompile")
+x, y = torch.randn(4, 8), torch.randn(4, 4)
+losses = []
+for _ in range(2):
+    loss = compiled(x, y).loss
+    loss.backward()
+    losses.append(loss.item())
+from torch._dynamo.utils import counters
+print("RESULT " + json.dumps({"losses": losses, "frames": int(counters["frames"]["ok"])}))
+"""
+
+
+def test_a_frame_in_exec_generated_code_restarts_from_the_program(tmp_path: Path) -> None:
+    """A dataclass's generated `__init__` compiled as a frame of its own (a graph break in its
+    `__post_init__`, as in transformers' ModelOutput) had no module torch could name ("file
+    <string>"), so the program left it out and every restart traced it, with a warning
+    (compat/program_generated_code.py)."""
+    work, cache = tmp_path / "w", tmp_path / "c"
+    work.mkdir()
+    (work / "job.py").write_text(GENERATED_CODE)
+    first = _run(work, cache)
+    again = _run(work, cache)
+    assert first["frames"] >= 2 and again["frames"] == 0, again["stderr"][-3000:]
+    assert again["losses"] == first["losses"]
+    assert "left out of its program" not in first["stderr"] + again["stderr"]
+
+
 TRANSFORMERS = r'''
 import json
 import torch

@@ -37,7 +37,7 @@ entries' python_module) and source_id_from_fn, PrecompileCacheEntry.from_cache_e
 `_OptimizeContext.__call__` calling DynamoCache.load(fn) with the context as `self`, whose
 `callback._torchdynamo_orig_backend` is the compile's backend). Torch's other gaps, each closed in
 a module of its own: programs_aot_entries, and `_EXTRAS` (ddp_programs, program_wrapped_functions,
-program_module_globals, program_property_code).
+program_module_globals, program_property_code, program_generated_code).
 """
 from __future__ import annotations
 
@@ -49,8 +49,8 @@ import sys
 import types
 from typing import Any, Callable
 
-from pcompile.compat import (CompatError, ddp_programs, program_module_globals, program_property_code,
-                             program_wrapped_functions, programs_aot_entries, require_attr)
+from pcompile.compat import (CompatError, ddp_programs, program_generated_code, program_module_globals,
+                             program_property_code, program_wrapped_functions, programs_aot_entries, require_attr)
 
 #: The releases this module was read against (tools/private_surface.py puts them in compat/README.md).
 CHECKED = {'torch': '2.11.0, 2.14.1, 2.15.0'}
@@ -78,7 +78,8 @@ def _recording(klass: Any) -> tuple[str, ...]:
 
 
 #: Gaps in torch's precompile closed apart (each with its own check(), installed with programs).
-_EXTRAS = (ddp_programs, program_wrapped_functions, program_module_globals, program_property_code)
+_EXTRAS = (ddp_programs, program_wrapped_functions, program_module_globals, program_property_code,
+           program_generated_code)
 _QUIET_LOGGERS = ("torch._dynamo.guards", "torch._dynamo.output_graph", "torch._dynamo.package")
 
 
