@@ -25,7 +25,19 @@ TRAIN = r'''
 import json
 import torch
 import torch.nn.functional as F
+import torch._dynamo.convert_frame as convert_frame
 
+converted = []  # each frame Dynamo converted (a count alone cannot say which: session 8 calls 20-24)
+_convert = convert_frame.ConvertFrame.__call__
+
+
+def _recording(self, frame, *args, **kwargs):
+    code = frame.f_code
+    converted.append(f"{getattr(code, 'co_qualname', code.co_name)} ({code.co_filename}:{code.co_firstlineno})")
+    return _convert(self, frame, *args, **kwargs)
+
+
+convert_frame.ConvertFrame.__call__ = _recording
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.LayerNorm(256), torch.nn.GELU(),
                             torch.nn.Linear(256, 8)).cuda()
@@ -42,7 +54,7 @@ for step in range(3):
     losses.append(loss.item())
 from torch._dynamo.utils import counters
 print("''' + t.RESULT_MARK + '''" + json.dumps({
-    "losses": losses, "device": torch.cuda.get_device_name(0),
+    "losses": losses, "device": torch.cuda.get_device_name(0), "converted": converted,
     **{section: {k: int(v) for k, v in counters[section].items()} for section in ("inductor", "aot_autograd", "frames")},
 }), flush=True)
 '''
@@ -194,7 +206,7 @@ def test_with_programs_the_job_after_a_warm_converts_no_frame_and_computes_the_s
     _cli("warm", str(script), "--target", str(profile), "--cache-dir", str(cache),
          env=_env(cache, CUDA_VISIBLE_DEVICES="", PCOMPILE_PROGRAMS="1"), timeout=300)
     job = _job(script, cache, warmed["ep"], PCOMPILE_PROGRAMS="1", TORCH_LOGS="recompiles")
-    assert job["frames"].get("ok", 0) == 0, (job["frames"], job["stderr"])  # a failed guard is logged
+    assert job["frames"].get("ok", 0) == 0, (job["frames"], job["converted"], job["stderr"])  # a failed guard is logged
     assert job["inductor"].get("fxgraph_cache_miss", 0) == 0 and job["aot_autograd"].get("autograd_cache_miss", 0) == 0, job
     # the same model and data as the first job's (a script-defined wrapper may fuse differently: fp32 noise)
     assert job["losses"] == pytest.approx(warmed["first"]["losses"], rel=1e-5), (warmed["first"]["losses"], job["losses"])
