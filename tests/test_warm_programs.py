@@ -214,3 +214,40 @@ def _marks(text: str, mark: str) -> list[int]:
         out.append(at)
         at = text.find(mark, at + 1)
     return out
+
+
+def test_the_warm_runs_with_the_thread_count_its_profile_recorded_on_the_gpu_host(lib, tmp_path) -> None:
+    """Every frame's guards check torch's thread count (one per core by default): a warm on a host
+    with another core count wrote programs no job on the GPU node could install, and the job traced
+    every frame. A `pcompile profile` records the GPU host's count and the warm runs with it
+    (warm/host_threads.py); the job here stands for that host by running with the count recorded."""
+    import torch
+
+    here = torch.get_num_threads()
+    if here < 2:
+        pytest.skip("one CPU thread here: no other count to stand for the GPU host's")
+    gpu_threads = 1  # torch caps OMP_NUM_THREADS at this host's cores: the job can only run with fewer
+    board = dict(resolve("h100").data, host={"cpu_threads": gpu_threads}, software={})
+    profile = tmp_path / "board.json"
+    profile.write_text(json.dumps(board))
+    script = t.write_script(tmp_path, "train.py", SCRIPT)
+    cache = tmp_path / "cache"
+    env = t.clean_env(PCOMPILE_PROGRESS="0", PCOMPILE_PROGRAMS="1")
+    env.pop("OMP_NUM_THREADS", None)
+    warm = subprocess.run([sys.executable, "-m", "pcompile.cli.main", "warm", str(script), "--target", str(profile),
+                           "--cache-dir", str(cache)], env=env, cwd=str(tmp_path), capture_output=True, text=True,
+                          timeout=600)
+    assert warm.returncode == 0, (warm.stdout + warm.stderr)[-4000:]
+    got, err = job(lib, script, cache, OMP_NUM_THREADS=str(gpu_threads))
+    assert got == {"frames": 0, "loaded": 2}, (got, err[-3000:])
+
+
+def test_the_thread_count_is_left_to_the_user_torchrun_or_the_warm_where_the_profile_does_not_say() -> None:
+    from pcompile.warm import host_threads
+
+    recorded = {"host": {"cpu_threads": 16}}
+    assert host_threads.threads_for(recorded, 0, {}) == 16
+    assert host_threads.threads_for(recorded, 0, {"OMP_NUM_THREADS": "4"}) is None  # the user's own setting
+    assert host_threads.threads_for(recorded, 2, {}) is None  # torchrun's ranks: fakepg.env_for sets 1
+    assert host_threads.threads_for({}, 0, {}) is None  # a built-in profile: the warm's own count
+    assert host_threads.threads_for({"host": {"cpu_threads": True}}, 0, {}) is None

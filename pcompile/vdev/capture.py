@@ -109,6 +109,8 @@ def capture(device: int = 0, board: str | None = None) -> dict[str, Any]:
         "driver_release": _driver_release(),
         "cuda_device_prop": {"size": len(raw), "hex": raw.hex()},
         "attributes": attrs,
+        # torch's thread count here: the warm gives it to the script, whose programs guard on it (warm/host_threads.py)
+        "host": {"cpu_threads": int(torch.get_num_threads())},
         "software": {
             "torch": torch.__version__,
             "torch_cuda": torch.version.cuda,

@@ -171,6 +171,8 @@ def describe(prof: DeviceProfile) -> str:
         f"  smem/block {f['sharedMemPerBlock']}  opt-in {f['sharedMemPerBlockOptin']}  smem/SM {f['sharedMemPerMultiprocessor']}",
         f"  cudaDeviceProp {len(prof.prop_bytes)} bytes, {len(prof.attributes)} device attributes",
     ]
+    if (d.get("host") or {}).get("cpu_threads"):  # the warm runs the script with it (warm/host_threads.py)
+        lines.append(f"  host: torch runs {d['host']['cpu_threads']} CPU threads there")
     lines += software_lines(prof)
     return "\n".join(lines)
 

@@ -330,6 +330,10 @@ def run(spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     from pcompile.warm.stop import StepCounter
 
     report["torch"] = torch.__version__
+    from pcompile.warm import host_threads
+
+    host_threads.apply(spec.get("cpu_threads"))  # the GPU host's count: every frame's guards check it
+    report["cpu_threads"] = {"count": torch.get_num_threads(), "from": spec.get("cpu_threads_from")}
     from pcompile.warm.runner import software_here
 
     report["software"] = software_here()

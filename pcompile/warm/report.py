@@ -133,6 +133,7 @@ def report_lines(result: Any, check: bool = False) -> list[str]:
     if software_line(r.get("software") or {}, result.profile.name):
         out.append(software_line(r.get("software") or {}, result.profile.name))
     out.extend(_builtin_note(result))
+    out.extend(_threads_note(r))
     for line in result.version_warnings:
         out.append(f"warning: {line}")
     return out
@@ -178,6 +179,18 @@ def _builtin_note(result: Any) -> list[str]:
     except Exception:
         return []
     return [note] if note else []
+
+
+def _threads_note(r: dict[str, Any]) -> list[str]:
+    """Programs written under this host's thread count, which the GPU job's guards check (host_threads.py)."""
+    from pcompile.settings import PROGRAMS
+    from pcompile.warm import host_threads
+
+    threads = r.get("cpu_threads") or {}
+    if not PROGRAMS.get():
+        return []
+    line = host_threads.note(threads.get("count"), threads.get("from"))
+    return [line] if line else []
 
 
 def driver_gaps(stats: list[dict[str, Any]]) -> tuple[dict[str, int], dict[str, int]]:

@@ -21,6 +21,7 @@ from pcompile.config import Settings
 from pcompile.errors import PcompileError
 from pcompile.settings import DISABLE, JOB_ID, JOB_SCRIPT, WARM_PROGRESS, WARMING
 from pcompile.vdev import build, preload
+from pcompile.warm import host_threads
 from pcompile.warm import isolation, shortfall
 from pcompile.vdev.profile import DeviceProfile, resolve
 
@@ -376,7 +377,9 @@ def _run_rank(opts: WarmOptions, settings: Settings, profile: DeviceProfile, lib
         rank_dir.mkdir(parents=True, exist_ok=True)
         spec = {"script": str(script.resolve()), "args": opts.script_args, "steps": opts.steps,
                 "world_size": opts.world_size, "rank": rank, "strict": opts.strict,
-                "report": str(workdir / "report.json"), "run_dir": str(rank_dir)}
+                "report": str(workdir / "report.json"), "run_dir": str(rank_dir),
+                "cpu_threads": host_threads.threads_for(profile.data, opts.world_size, env),
+                "cpu_threads_from": host_threads.source(profile.data, opts.world_size, env)}
         (workdir / "spec.json").write_text(json.dumps(spec))
         child = [sys.executable, "-m", "pcompile.warm.child", str(workdir / "spec.json")]
         argv, env = isolation.command(iso, child, env, rank_dir, workdir, settings.cache_dir)
