@@ -212,10 +212,11 @@ EAGER_BACKWARD = _declare("PCOMPILE_EAGER_BACKWARD", Bool(), True,
 PROGRAMS = _declare("PCOMPILE_PROGRAMS", Bool(), True,
                     "save what Dynamo made of each compiled function (bytecode, guards, compiled graphs) to the "
                     "cache, so a restart runs it without tracing (torch's caching precompile, keyed by the "
-                    "torch.compile options and configs; a failing guard or an edited source traces again; frames "
+                    "torch.compile options and configs; a failing guard or an edited source traces again, a failing "
+                    "guard named in one warning before the first optimizer step; frames "
                     "DDP splits into buckets too). On an H200 a restart's first step with it: 0.51x stock hot for "
                     "GPT-2, 0.87x Llama-style, 0.81x ResNet-50, 0.57x a 2-rank DDP nanoGPT (to the first step's "
-                    "end). A warm writes them too, so the job after it skips Dynamo as well (after a warm: 0.50x stock hot for "
+                    "end). A warm writes them too, so the job after it skips Dynamo as well (after a warm: 0.47x stock hot for "
                     "GPT-2, 0.77x Llama-style). A program keeps at most Dynamo's recompile_limit entries per "
                     "code, and torch's caching precompile drops ID_MATCH guards. `0`: Dynamo traces every start")
 DDP_AUTOGRAD_CACHE = _declare(

@@ -543,6 +543,48 @@ def test_a_frame_in_exec_generated_code_restarts_from_the_program(tmp_path: Path
     assert "left out of its program" not in first["stderr"] + again["stderr"]
 
 
+GUARDED = r"""
+import json, os, torch
+
+torch.manual_seed(0)
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.fc(x).sum()
+
+
+compiled = torch.compile(Net(), backend="pcompile")
+loss = compiled(torch.randn(int(os.environ.get("CASE_BATCH", "16")), 8))
+loss.backward()
+from torch._dynamo.utils import counters
+print("RESULT " + json.dumps({"losses": [loss.item()], "frames": int(counters["frames"]["ok"])}))
+"""
+
+
+def test_a_call_that_fails_its_programs_guards_is_traced_and_the_failing_guard_named(tmp_path: Path) -> None:
+    """The program installs, the call's batch is not the one its guards hold: Dynamo traces the
+    frame (right), and the job says which guard failed instead of looking like a job without
+    programs (compat/program_guard_failures.py)."""
+    work, cache = tmp_path / "w", tmp_path / "c"
+    work.mkdir()
+    (work / "job.py").write_text(GUARDED)
+    _run(work, cache)
+    other = _run(work, cache, CASE_BATCH="24")
+    assert other["frames"] == 1, other["stderr"][-3000:]
+    assert "failed the guards of its program" in other["stderr"], other["stderr"][-3000:]
+    assert "expected 16, actual 24" in other["stderr"], other["stderr"][-3000:]
+    failed = [json.loads(line) for log in (cache / "events").glob("*.jsonl") for line in log.read_text().splitlines()
+              if '"program_guard_failed"' in line]
+    assert [e.get("fn") for e in failed] == ["Net.forward"], failed
+    again = _run(work, cache, CASE_BATCH="24")  # the program saved again holds both calls' guards
+    assert again["frames"] == 0 and "failed the guards" not in again["stderr"], again["stderr"][-3000:]
+
+
 TRANSFORMERS = r'''
 import json
 import torch

@@ -108,6 +108,7 @@ def test_a_job_whose_tensors_differ_from_the_warms_fails_the_guards_and_traces(l
     script, cache, _ = warmed
     got, err = job(lib, script, cache, CASE_BATCH="24")
     assert got["loaded"] == 2 and got["frames"] >= 1, (got, err[-3000:])
+    assert "failed the guards of its program" in err, err[-3000:]  # named, not silent
 
 
 def test_a_warm_never_loads_a_program(warmed, tmp_path):

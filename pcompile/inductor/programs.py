@@ -59,7 +59,8 @@ _loaded_blob: dict[str, bytes] = {}  # source_id -> the loaded program as stored
 _last_flush = 0.0
 _registered = False
 loaded: dict[str, int] = {}  # source_id -> frames installed from a program (this process)
-_parts: dict[str, dict[str, Any]] = {}  # source_id -> what its key was made of (program_misses.parts)
+_parts: dict[str, dict[str, Any]] = {}
+_stepped = False  # an optimizer step has run in this process (programs' guard failures after it are quiet)  # source_id -> what its key was made of (program_misses.parts)
 
 
 def options_digest(options: dict[str, Any], fn_name: str = "?") -> tuple[str, dict[str, Any]]:
@@ -223,6 +224,21 @@ def bypassed(why: str) -> None:
     emit("program_bypass", time.time(), 0.0, reason=why)
 
 
+def guards_failed(code: Any, reason: str) -> None:
+    """A call that the installed program of this frame does not take: Dynamo traces it (right,
+    and the frame then has both). An event once per frame, with the first failing guard; said
+    too before the first optimizer step (the step the program was to spare), not for the new
+    shapes of later steps (a last short batch), which stock recompiles silently as well."""
+    from pcompile.events import emit
+
+    name = getattr(code, "co_qualname", None) or getattr(code, "co_name", "?")
+    emit("program_guard_failed", time.time(), 0.0, fn=str(name), reason=reason[:500])
+    if _stepped:
+        return
+    warn_once(f"program-guards:{name}", f"pcompile: a call of {name} failed the guards of its program ({reason[:300]}); "
+              "Dynamo traces it for that call (`PCOMPILE_PROGRAMS`)")
+
+
 def failed(pkg: Any, reason: str) -> None:
     """Torch's precompile machinery raised for `pkg` (compat/dynamo_programs guards every call): the
     function is compiled as without programs and gets no program (or its stored one is not used)."""
@@ -331,6 +347,8 @@ def recorded(pkg: Any) -> None:
 
 
 def _after_step(*_args: Any) -> None:
+    global _stepped
+    _stepped = True
     if _dirty or _incomplete:
         flush()
 
@@ -341,6 +359,13 @@ def install() -> bool:
     from pcompile.compat import dynamo_programs
 
     dynamo_programs.enable(load, write, recorded, install_context, failed, bypassed)
+    try:
+        from pcompile.compat import program_guard_failures
+
+        program_guard_failures.check()
+        program_guard_failures.install(guards_failed)
+    except Exception:
+        pass  # only the naming of a failed guard is lost; its compat test says so loudly
     if not _registered:
         _registered = True
         atexit.register(_flush_at_exit)
@@ -357,6 +382,9 @@ def uninstall() -> None:
     from pcompile.compat import dynamo_programs
 
     dynamo_programs.disable()
+    from pcompile.compat import program_guard_failures
+
+    program_guard_failures.uninstall()
     with _lock:
         _digests.clear()
         _ambiguous.clear()
