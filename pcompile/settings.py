@@ -213,7 +213,7 @@ PROGRAMS = _declare("PCOMPILE_PROGRAMS", Bool(), True,
                     "save what Dynamo made of each compiled function (bytecode, guards, compiled graphs) to the "
                     "cache, so a restart runs it without tracing (torch's caching precompile, keyed by the "
                     "torch.compile options and configs; a failing guard or an edited source traces again, a failing "
-                    "guard named in one warning before the first optimizer step; frames "
+                    "guard named in the event log (`program_guard_failed`); frames "
                     "DDP splits into buckets too). On an H200 a restart's first step with it: 0.51x stock hot for "
                     "GPT-2, 0.87x Llama-style, 0.81x ResNet-50, 0.57x a 2-rank DDP nanoGPT (to the first step's "
                     "end). A warm writes them too, so the job after it skips Dynamo as well (after a warm: 0.47x stock hot for "

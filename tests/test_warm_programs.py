@@ -106,9 +106,11 @@ def test_the_warm_writes_a_program_and_the_job_after_it_traces_nothing(lib, warm
 def test_a_job_whose_tensors_differ_from_the_warms_fails_the_guards_and_traces(lib, warmed):
     """The guards check the job's tensors for real: another batch size re-traces, and runs."""
     script, cache, _ = warmed
-    got, err = job(lib, script, cache, CASE_BATCH="24")
+    got, err = job(lib, script, cache, CASE_BATCH="24", PCOMPILE_EVENTS="1")
     assert got["loaded"] == 2 and got["frames"] >= 1, (got, err[-3000:])
-    assert "failed the guards of its program" in err, err[-3000:]  # named, not silent
+    failed = [json.loads(line) for log in (cache / "events").glob("*.jsonl") for line in log.read_text().splitlines()
+              if '"program_guard_failed"' in line]
+    assert failed and "expected 16, actual 24" in failed[0]["reason"], (failed, err[-3000:])  # named, not silent
 
 
 def test_a_warm_never_loads_a_program(warmed, tmp_path):

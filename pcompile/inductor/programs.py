@@ -226,17 +226,17 @@ def bypassed(why: str) -> None:
 
 def guards_failed(code: Any, reason: str) -> None:
     """A call that the installed program of this frame does not take: Dynamo traces it (right,
-    and the frame then has both). An event once per frame, with the first failing guard; said
-    too before the first optimizer step (the step the program was to spare), not for the new
-    shapes of later steps (a last short batch), which stock recompiles silently as well."""
+    and the frame then has both). Recorded once per frame with the first failing guard (a
+    `program_guard_failed` event; INFO in the `pcompile` log), not warned: most such calls are a
+    new shape (a last short batch, an eval batch), which stock recompiles silently as well."""
+    import logging
+
     from pcompile.events import emit
 
     name = getattr(code, "co_qualname", None) or getattr(code, "co_name", "?")
     emit("program_guard_failed", time.time(), 0.0, fn=str(name), reason=reason[:500])
-    if _stepped:
-        return
-    warn_once(f"program-guards:{name}", f"pcompile: a call of {name} failed the guards of its program ({reason[:300]}); "
-              "Dynamo traces it for that call (`PCOMPILE_PROGRAMS`)")
+    logging.getLogger("pcompile").info("pcompile: a call of %s failed the guards of its program (%s); Dynamo traces it",
+                                       name, reason[:300])
 
 
 def failed(pkg: Any, reason: str) -> None:
@@ -347,8 +347,6 @@ def recorded(pkg: Any) -> None:
 
 
 def _after_step(*_args: Any) -> None:
-    global _stepped
-    _stepped = True
     if _dirty or _incomplete:
         flush()
 
