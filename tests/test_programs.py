@@ -482,14 +482,20 @@ def test_a_frame_in_a_property_getter_restarts_from_the_program(tmp_path: Path) 
     """A property's getter compiled as a frame of its own (every HF causal LM's `self.loss_function`)
     could not be named ("Lookup scope: <property object>"), so the program left it out and every
     restart traced it, with a warning (compat/program_property_code.py)."""
+    _restarts_with_every_frame_in_its_program(tmp_path, PROPERTY_GETTER)
+
+
+def _restarts_with_every_frame_in_its_program(tmp_path: Path, script: str) -> None:
+    """The first run traces the frame torch could not name before; the restart traces none."""
     work, cache = tmp_path / "w", tmp_path / "c"
     work.mkdir()
-    (work / "job.py").write_text(PROPERTY_GETTER)
+    (work / "job.py").write_text(script)
     first = _run(work, cache)
     again = _run(work, cache)
     assert first["frames"] >= 2 and again["frames"] == 0, again["stderr"][-3000:]
     assert again["losses"] == first["losses"]
     assert "left out of its program" not in first["stderr"] + again["stderr"]
+
 
 GENERATED_CODE = r"""
 import dataclasses, json, torch
@@ -533,14 +539,7 @@ def test_a_frame_in_exec_generated_code_restarts_from_the_program(tmp_path: Path
     `__post_init__`, as in transformers' ModelOutput) had no module torch could name ("file
     <string>"), so the program left it out and every restart traced it, with a warning
     (compat/program_generated_code.py)."""
-    work, cache = tmp_path / "w", tmp_path / "c"
-    work.mkdir()
-    (work / "job.py").write_text(GENERATED_CODE)
-    first = _run(work, cache)
-    again = _run(work, cache)
-    assert first["frames"] >= 2 and again["frames"] == 0, again["stderr"][-3000:]
-    assert again["losses"] == first["losses"]
-    assert "left out of its program" not in first["stderr"] + again["stderr"]
+    _restarts_with_every_frame_in_its_program(tmp_path, GENERATED_CODE)
 
 
 GUARDED = r"""
