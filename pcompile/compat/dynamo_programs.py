@@ -147,10 +147,16 @@ def config_snapshot() -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for name, module in (("dynamo", dconfig), ("inductor", iconfig), ("functorch", fconfig)):
         try:
-            out[name] = dict(module.save_config_portable())
+            out[name] = {k: v for k, v in module.save_config_portable().items() if k not in UNKEYED.get(name, ())}
         except Exception:
             out[name] = {}
     return out
+
+
+#: settings that change no program, left out of its key. `debug_dir_root` is where debug dumps go,
+#: by default under the process's working directory: a warm and its GPU job started in different
+#: folders missed each other's programs on it (H200 GPU tier, session 9: "configs.dynamo.debug_dir_root")
+UNKEYED: dict[str, tuple[str, ...]] = {"dynamo": ("debug_dir_root",)}
 
 
 class _Quiet(logging.Filter):

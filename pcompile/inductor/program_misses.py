@@ -36,17 +36,36 @@ def _digest(value: Any) -> str:
 
 
 def parts(fn_name: str, options: dict[str, Any], configs: dict[str, Any], device: dict[str, Any]) -> dict[str, Any]:
-    """What one program key was made of, small enough for an entry's meta."""
+    """What one program key was made of, small enough for an entry's meta. Each config section
+    also keeps a short digest per setting (`KEYS_SUFFIX`), so that a miss names the setting, not
+    just "configs.dynamo" (the H200's after-warm miss named only the section: hundreds of settings)."""
     out: dict[str, Any] = {"fn": fn_name, "options": _digest(options), "device": device}
     for section, values in sorted(configs.items()):
         out[f"configs.{section}"] = _digest(values)
+        if isinstance(values, dict):
+            out[f"configs.{section}{KEYS_SUFFIX}"] = {str(k): _digest(v)[:8] for k, v in values.items()}
     return out
 
 
+#: a part holding a config section's per-setting digests (named setting by setting, never as a whole)
+KEYS_SUFFIX = ".settings"
+
+
 def differences(mine: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
-    """The names of the parts (and fingerprint fields, as `fingerprint.NAME`) that differ."""
+    """The names of the parts (and fingerprint fields, as `fingerprint.NAME`) that differ; a config
+    section both sides kept setting by setting is named as its settings that differ
+    (`configs.dynamo.NAME`)."""
     names = sorted((set(mine) | set(theirs)) - {"fn"})
-    return [name for name in names if mine.get(name) != theirs.get(name)]
+    found: list[str] = []
+    for name in names:
+        if name.endswith(KEYS_SUFFIX) or mine.get(name) == theirs.get(name):
+            continue
+        a, b = mine.get(name + KEYS_SUFFIX), theirs.get(name + KEYS_SUFFIX)
+        if isinstance(a, dict) and isinstance(b, dict) and a != b:
+            found += [f"{name}.{k}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+        else:
+            found.append(name)
+    return found
 
 
 def _manifests(store_root: Path) -> list[Path]:
