@@ -71,7 +71,12 @@ class GpuWatch:
         self._t.join()
 
 
+STACKS = False  # --stacks: each GPU job samples its main thread's stack into WORK/NAME.stacks.txt
+
+
 def _run(cmd: list[str], env: dict[str, str], cwd: Path, log: Path, timeout: float) -> tuple[int, float]:
+    if STACKS and log.stem not in ("setup", "warm", "rewarm"):
+        env = dict(env, PROBE_STACKS=str(log.with_suffix(".stacks.txt")))
     t0 = time.perf_counter()
     with open(log, "w") as fh:
         try:
@@ -242,7 +247,11 @@ def main() -> int:
     ap.add_argument("--next-job", action="store_true",
                     help="then the next GPU job on the store the first one published into, and a rewarm of that store")
     ap.add_argument("--cases-file", default=str(CORPUS / "cases.json"), help="cases.json; scripts and cwd are relative to its folder")
+    ap.add_argument("--stacks", action="store_true",
+                    help="each GPU job writes its main thread's sampled stacks beside its log (tools/stack_diff.py compares two)")
     a = ap.parse_args()
+    global STACKS
+    STACKS = a.stacks
     cases_file = Path(a.cases_file).resolve()
     cases = json.loads(cases_file.read_text())
     wanted = [c for c in a.cases.split(",") if c]
