@@ -84,3 +84,14 @@ def test_auto_judges_by_the_bytecode_beside_the_source(tmp_path: Path, monkeypat
     assert not bytecode.keeps_bytecode(source)  # stale
     monkeypatch.setattr(sys, "dont_write_bytecode", False)
     assert bytecode.keeps_bytecode(source)  # Python rewrites it itself
+
+
+def test_clear_removes_the_kept_bytecode(tmp_path: Path) -> None:
+    kept = tmp_path / "cache" / "bytecode" / "x" / "m.cpython-311.pyc"
+    kept.parent.mkdir(parents=True)
+    kept.write_bytes(b"0" * 100)
+    out = subprocess.run([sys.executable, "-m", "pcompile.cli.main", "clear", "--cache-dir", str(tmp_path / "cache"),
+                          "--json"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1])["removed"]["bytecode"] == {"files": 1, "bytes": 100}
+    assert not kept.exists()

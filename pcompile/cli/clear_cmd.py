@@ -1,5 +1,5 @@
-"""`pcompile clear`: empty the local cache tier (ccache -C): entries, their blobs and Inductor's
-working files. Statistics, job event logs, warm run dirs and shared/remote tiers stay.
+"""`pcompile clear`: empty the local cache tier (ccache -C): entries, their blobs, Inductor's
+working files and the Python bytecode kept for torch's modules (inductor/bytecode.py). Statistics, job event logs, warm run dirs and shared/remote tiers stay.
 
 Why it refuses while something writes: a job or a busy compile daemon publishing into a tree
 being deleted would leave half-entries and fail its own reads; an idle daemon is stopped first
@@ -18,7 +18,7 @@ from pcompile.errors import PcompileError
 from pcompile.store.stats import pid_alive
 
 #: what `clear` removes, under the cache dir (the local tier and what is built from it)
-CLEARED = ("store", "inductor")
+CLEARED = ("store", "inductor", "bytecode")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
