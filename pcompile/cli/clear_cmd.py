@@ -1,5 +1,6 @@
 """`pcompile clear`: empty the local cache tier (ccache -C): entries, their blobs, Inductor's
-working files and the Python bytecode kept for torch's modules (inductor/bytecode.py). Statistics, job event logs, warm run dirs and shared/remote tiers stay.
+working files and the Python bytecode kept for torch's modules (inductor/bytecode.py).
+Statistics, job event logs, warm run dirs and shared/remote tiers stay.
 
 Why it refuses while something writes: a job or a busy compile daemon publishing into a tree
 being deleted would leave half-entries and fail its own reads; an idle daemon is stopped first

@@ -64,7 +64,8 @@ def keeps_bytecode(source: Path) -> bool:
 def enable(cache_dir: Path) -> Path | None:
     """Keep bytecode under `cache_dir` when `PCOMPILE_BYTECODE` asks for it (by default: when
     Python keeps none for torch's modules). Returns the folder, or None where nothing changed.
-    Never raises: a start-up aid must not fail a job."""
+    A folder that cannot be made or written leaves Python as it was: a start-up aid must not fail a
+    job (an invalid `PCOMPILE_BYTECODE` value is refused like any other setting's)."""
     wanted = BYTECODE.get()
     if wanted is False:
         return None
