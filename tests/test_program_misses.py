@@ -15,8 +15,10 @@ def _store(root: Path, name: str, meta: dict, fingerprint: dict) -> None:
 
 
 def test_the_parts_that_differ_are_named_and_another_function_is_ignored(tmp_path: Path) -> None:
-    mine = pm.parts("m.Net.forward", {"backend": "inductor"}, {"dynamo": {"a": 1}, "inductor": {"b": 2}}, {"cuda_device": 0})
-    theirs = pm.parts("m.Net.forward", {"backend": "inductor"}, {"dynamo": {"a": 1}, "inductor": {"b": 3}}, {"cuda_device": 1})
+    mine_configs, their_configs = {"dynamo": {"a": 1}, "inductor": {"b": 2}}, {"dynamo": {"a": 1}, "inductor": {"b": 3}}
+    mine = {**pm.parts("m.Net.forward", {"backend": "inductor"}, mine_configs, {"cuda_device": 0}), **pm.settings(mine_configs)}
+    theirs = {**pm.parts("m.Net.forward", {"backend": "inductor"}, their_configs, {"cuda_device": 1}),
+              **pm.settings(their_configs)}
     other = pm.parts("m.Other.forward", {"backend": "eager"}, {}, {})
     _store(tmp_path, "aa", {"source": "sid-other", "parts": other}, {"torch": "2.11"})
     assert pm.explain(tmp_path, "sid-1", mine, {"torch": "2.11"}) is None  # no program of this function
@@ -26,8 +28,9 @@ def test_the_parts_that_differ_are_named_and_another_function_is_ignored(tmp_pat
 
 def test_a_differing_config_section_is_named_setting_by_setting_and_an_older_program_by_section(tmp_path: Path) -> None:
     dynamo = {f"s{i}": i for i in range(200)}
-    mine = pm.parts("m.f", {}, {"dynamo": dynamo}, {})
-    theirs = pm.parts("m.f", {}, {"dynamo": {**dynamo, "s7": "other", "s9": {"a", "b"}}, "inductor": {}}, {})
+    other = {"dynamo": {**dynamo, "s7": "other", "s9": {"a", "b"}}, "inductor": {}}
+    mine = {**pm.parts("m.f", {}, {"dynamo": dynamo}, {}), **pm.settings({"dynamo": dynamo})}
+    theirs = {**pm.parts("m.f", {}, other, {}), **pm.settings(other)}
     assert pm.differences(mine, theirs) == ["configs.dynamo.s7", "configs.dynamo.s9", "configs.inductor"]
     older = {k: v for k, v in theirs.items() if not k.endswith(pm.KEYS_SUFFIX)}  # saved before settings were kept
     assert pm.differences(mine, older) == ["configs.dynamo", "configs.inductor"]

@@ -173,6 +173,17 @@ def test_another_compile_option_is_a_miss(saved, tmp_path: Path) -> None:
     assert "fingerprint" not in said[0] and "device" not in said[0], said[0]
 
 
+def test_another_dynamo_setting_is_a_miss_that_names_the_setting(saved, tmp_path: Path) -> None:
+    """A miss names the one setting of torch's ~800 that differs (the H200's after-warm miss named
+    only `configs.dynamo` until per-setting digests were kept with each program)."""
+    work, cache, first = saved
+    got = _run(work, _copy(cache, tmp_path / "c"), TORCHDYNAMO_CAPTURE_SCALAR_OUTPUTS="1")
+    assert got["program_lookups"][-1] == "miss"
+    assert got["losses"] == pytest.approx(first["losses"], rel=1e-5)
+    said = [line for line in got["stderr"].splitlines() if "made under other settings" in line]
+    assert len(said) == 1 and "(configs.dynamo.capture_scalar_outputs)" in said[0], got["stderr"][-2000:]
+
+
 def test_a_damaged_program_is_detected_and_never_loaded(saved, tmp_path: Path) -> None:
     work, cache, first = saved
     copy = _copy(cache, tmp_path / "c")

@@ -75,7 +75,8 @@ def options_digest(options: dict[str, Any], fn_name: str = "?") -> tuple[str, di
     device = device_context()
     text = json.dumps({"format": FORMAT, "options": options, "configs": configs, "device": device}, sort_keys=True,
                       default=program_misses.stable)
-    return xxhash.xxh3_128_hexdigest(text.encode()), program_misses.parts(fn_name, options, configs, device)
+    return xxhash.xxh3_128_hexdigest(text.encode()), {**program_misses.parts(fn_name, options, configs, device),
+                                                      _CONFIGS: configs}
 
 
 def device_context() -> dict[str, Any]:
@@ -147,9 +148,17 @@ def _fn_name(fn: Any) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__qualname__)}"
 
 
+#: the raw configs beside a program's parts, made into per-setting digests only when needed
+_CONFIGS = "_configs"
+
+
 def _meta_parts(sid: str) -> dict[str, Any]:
+    from pcompile.inductor import program_misses
+
     with _lock:
-        return dict(_parts.get(sid, {}))
+        mine = dict(_parts.get(sid, {}))
+    configs = mine.pop(_CONFIGS, None)
+    return {**mine, **program_misses.settings(configs)} if configs else mine
 
 
 def _explain_miss(sid: str) -> None:
