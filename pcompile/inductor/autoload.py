@@ -39,10 +39,9 @@ def autoload() -> None:
             os.environ[DISABLE.name] = "1"  # hooks and compile workers run stock from here on
             return
         env.set_cache_dirs()
-        from pcompile.config import Settings
         from pcompile.inductor import bytecode
 
-        bytecode.enable(Settings.from_env().cache_dir)  # before torch._dynamo's import, the first compile's
+        bytecode.enable_from_env()  # before torch._dynamo's import, the first compile's
         from pcompile.inductor.install import route_default_backend
 
         route_default_backend()

@@ -85,3 +85,13 @@ def enable(cache_dir: Path) -> Path | None:
     sys.dont_write_bytecode = False  # writes go to the prefix tree only, never beside a source
     os.environ[ENV_PREFIX] = str(target)
     return target
+
+
+def enable_from_env() -> Path | None:
+    """`enable` for the cache dir the environment names (install(), the warm child)."""
+    from pcompile.config import Settings
+
+    try:
+        return enable(Settings.from_env().cache_dir)
+    except OSError:
+        return None

@@ -11,7 +11,7 @@ import threading
 from typing import Any
 
 from pcompile import compat
-from pcompile.inductor import hooks
+from pcompile.inductor import bytecode, hooks
 
 _lock = threading.Lock()
 
@@ -60,7 +60,7 @@ def install() -> bool:
 
     if hooks.disabled_by_user() or not gate.supported():
         return False
-    _keep_bytecode()
+    bytecode.enable_from_env()  # before torch._dynamo is imported
     if not route_default_backend():
         from pcompile.warn import warn_once
 
@@ -68,18 +68,6 @@ def install() -> bool:
                        "use torch.compile(m, backend='pcompile') (the caches are on either way)")
         return hooks.install_hooks()  # backend="pcompile" still works: its caches must be on
     return True
-
-
-def _keep_bytecode() -> None:
-    """Before `torch._dynamo` is imported (inductor/bytecode.py); a cache dir torch cannot use is
-    reported by the hooks, not here."""
-    from pcompile.config import Settings
-    from pcompile.inductor import bytecode
-    from pcompile.inductor.env import unusable_cache_dir
-
-    settings = Settings.from_env()
-    if unusable_cache_dir(settings) is None:
-        bytecode.enable(settings.cache_dir)
 
 
 def uninstall() -> None:
