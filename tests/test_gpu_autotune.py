@@ -101,8 +101,9 @@ def test_candidates_from_the_store_are_precompiled_before_timing(tmp_path: Path)
 
 def test_the_winner_from_the_store_path_is_one_stock_measures_as_best(tmp_path: Path) -> None:
     """Same timings, same winners. A job whose candidates came from the store lists stock's best
-    choices, times each like stock does (median ratio within 10%: a candidate built differently would be
-    slower everywhere), and so picks one that stock's own table puts near its best.
+    choices, ranks them as stock does (each time over its table's best: the median ratio of the two
+    within 10%; a candidate built differently would be slower), and so picks one that stock's own
+    table puts near its best.
 
     The pick's bound is 10%, not 5%: at 2048 an H200 matmul takes ~36 us and two processes' tables
     can differ by more than 5% for it (a 5% bound on the pick alone failed in 3 of 5 GPU runs up to
@@ -113,13 +114,15 @@ def test_the_winner_from_the_store_path_is_one_stock_measures_as_best(tmp_path: 
     assert stock["tables"] and set(ours["tables"]) == set(stock["tables"]), (stock["tables"], ours["tables"])
     for header, choices in ours["tables"].items():
         measured = dict(stock["tables"][header])
-        # Inductor prints only its best few choices: compare those both tables list
-        ratios = sorted(ms / measured[name] for name, ms in choices if name in measured)
+        # Inductor prints only its best few choices: compare those both tables list, each relative
+        # to its own table's best: in session 10 the job from the store timed the choices of
+        # mm(2048) a median 25% faster than the stock job had (GPU clocks differ between processes)
+        best, our_best = stock["tables"][header][0][1], choices[0][1]
+        ratios = sorted((ms / our_best) / (measured[name] / best) for name, ms in choices if name in measured)
         assert len(ratios) >= min(len(choices), len(measured)) // 2, (header, choices, stock["tables"][header])
         median = ratios[len(ratios) // 2]
         assert 0.9 <= median <= 1.1, (header, median, choices, stock["tables"][header])
         pick = choices[0][0]
-        best = stock["tables"][header][0][1]
         assert pick in measured, (header, pick, stock["tables"][header])
         print(f"{header}: pick {pick} {measured[pick]:.4f} ms by stock, stock's best {best:.4f} ms, median ratio {median:.3f}")
         assert measured[pick] <= 1.10 * best, (header, pick, stock["tables"][header])
