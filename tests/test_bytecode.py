@@ -95,3 +95,24 @@ def test_clear_removes_the_kept_bytecode(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1])["removed"]["bytecode"] == {"files": 1, "bytes": 100}
     assert not kept.exists()
+
+
+BACKEND_ONLY = r"""
+import json, sys
+import torch
+before = sys.pycache_prefix
+torch.compile(lambda x: x + 1, backend="pcompile")  # no install(), no PCOMPILE=1
+print(json.dumps({"before": before, "after": sys.pycache_prefix}))
+"""
+
+
+def test_backend_pcompile_alone_keeps_the_bytecode_of_what_it_imports(tmp_path: Path) -> None:
+    """torch.compile(m, backend="pcompile") without install() or PCOMPILE=1 (the benchmark harness's
+    way): Inductor's compiler is imported at that call, so the prefix is set there."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PCOMPILE", "PYTHONPYCACHEPREFIX"))}
+    env.update(PCOMPILE_CACHE_DIR=str(tmp_path / "cache"), PYTHONDONTWRITEBYTECODE="1", PCOMPILE_BYTECODE="1")
+    out = subprocess.run([sys.executable, "-c", BACKEND_ONLY], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["before"] is None and got["after"] == str(bytecode.folder(tmp_path / "cache")), got
+    assert list((tmp_path / "cache").rglob("compile_fx.*.pyc")), "Inductor's compiler was imported after the prefix was set"

@@ -83,6 +83,9 @@ def install_hooks() -> bool:
 def at_torch_compile() -> None:
     """The process just called torch.compile (backend.py's import, or the inductor wrapper being
     built): the features that must act before Dynamo wraps the model (features.COMPILE)."""
+    from pcompile.inductor import bytecode
+
+    bytecode.enable_from_env()  # backend="pcompile" without install(): Inductor's imports come next
     features.at_torch_compile(features.Context(hooks_on=install_hooks))
     install_hooks()  # the compile is certain now: caches on, pool (GPU hosts) warming while Dynamo traces
 
