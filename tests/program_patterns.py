@@ -249,6 +249,54 @@ def input_mutation_and_buffers() -> list[torch.Tensor]:
     return [y1, y2, x, m.calls]
 
 
+@pattern
+def activation_checkpointing() -> list[torch.Tensor]:
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.Linear(16, 40), nn.SiLU(), nn.Linear(40, 16))
+
+    @torch.compile
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return checkpoint(block, x, use_reentrant=False).square().mean()
+
+    loss = f(torch.linspace(-1, 1, 48).reshape(3, 16))
+    loss.backward()
+    return [loss.detach(), block[0].weight.grad, block[2].bias.grad]
+
+
+@pattern
+def sdpa_attention() -> list[torch.Tensor]:
+    torch.manual_seed(0)
+    qkv = nn.Linear(16, 48)
+
+    @torch.compile
+    def attend(x: torch.Tensor) -> torch.Tensor:
+        q, k, v = qkv(x).view(2, 5, 3, 2, 8).unbind(2)
+        return nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                          is_causal=True)
+
+    y = attend(torch.linspace(0, 1, 160).reshape(2, 5, 16))
+    y.sum().backward()
+    return [y.detach(), qkv.weight.grad]
+
+
+@pattern
+def freeze_a_layer_midway() -> list[torch.Tensor]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 20), nn.Tanh(), nn.Linear(20, 3))
+    compiled = torch.compile(model)
+    out = []
+    for step in range(3):
+        if step == 2:
+            model[0].requires_grad_(False)  # a guard on requires_grad: the last step traces again
+        model.zero_grad(set_to_none=True)
+        loss = compiled(torch.full((2, 16), 0.1 * (step + 1))).sum()
+        loss.backward()
+        out += [loss.detach(), model[2].weight.grad.clone()]
+    return out
+
+
 def digest(tensors: list[torch.Tensor]) -> list[Any]:
     return [[str(t.dtype), list(t.shape), t.detach().double().flatten().tolist()] for t in tensors]
 
