@@ -38,10 +38,9 @@ TRACED_ON_RESTART_2_11: dict[str, str] = {
 
 
 def _traced_on_restart() -> dict[str, str]:
-    import torch
+    from pcompile.compat.warm_runtime import torch_version
 
-    major, minor = (int(p) for p in torch.__version__.split(".")[:2])
-    return {**TRACED_ON_RESTART, **(TRACED_ON_RESTART_2_11 if (major, minor) < (2, 14) else {})}
+    return {**TRACED_ON_RESTART, **(TRACED_ON_RESTART_2_11 if torch_version() < (2, 14) else {})}
 
 
 def _run(env: dict[str, str], tmp: Path) -> dict[str, dict]:
