@@ -214,7 +214,8 @@ BYTECODE = _declare(
     "keep the Python bytecode of torch's modules (and the rest a job imports after `import torch`) under "
     "CACHE_DIR/bytecode through Python's `sys.pycache_prefix`, so a process does not compile `torch._dynamo` and "
     "Inductor from source on every start (H200 image with PYTHONDONTWRITEBYTECODE=1: their import 8.7 s -> 2.1 s); "
-    "rank and worker processes inherit it. Python checks each file against its source. `0` off, `1` on even where "
+    "rank and worker processes inherit it; with PCOMPILE=1 from interpreter start, so `import torch` itself reads it "
+    "(`pcompile-startup.pth`). Python checks each file against its source. `0` off, `1` on even where "
     "Python keeps bytecode itself",
     default_text="on where Python keeps no bytecode for torch's modules (PYTHONDONTWRITEBYTECODE, read-only site-packages)")
 PROGRAMS = _declare("PCOMPILE_PROGRAMS", Bool(), True,

@@ -31,7 +31,7 @@ FLOORS: dict[str, int] = {
     "thread_flags": 0, "warn": 0, "messages": 0,
     "keys": 1, "store": 1, "trust": 1, "pool": 1,
     "inductor": 2, "warm": 2, "vdev": 2, "events": 2,
-    "cli": 3,
+    "cli": 3, "startup": 3,
 }
 # pcompile/__init__.py is the public face (`pcompile.install()`, `pcompile.warming()`,
 # `pcompile.__file__`): it imports nothing at import time, so importing it is no dependency, and

@@ -21,7 +21,7 @@ import os
 import sys
 from pathlib import Path
 
-from pcompile.settings import BYTECODE
+from pcompile.settings import BYTECODE, DISABLE
 
 FOLDER = "bytecode"
 ENV_PREFIX = "PYTHONPYCACHEPREFIX"
@@ -67,7 +67,7 @@ def enable(cache_dir: Path) -> Path | None:
     A folder that cannot be made or written leaves Python as it was: a start-up aid must not fail a
     job (an invalid `PCOMPILE_BYTECODE` value is refused like any other setting's)."""
     wanted = BYTECODE.get()
-    if wanted is False:
+    if wanted is False or DISABLE.get():  # PCOMPILE_DISABLE: stock in every respect, for A/B comparisons
         return None
     target = folder(cache_dir)
     current = sys.pycache_prefix
