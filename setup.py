@@ -7,7 +7,11 @@ from pathlib import Path
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
-from setuptools.command.editable_wheel import editable_wheel
+
+try:
+    from setuptools.command.editable_wheel import editable_wheel
+except ImportError:  # setuptools < 64 installs editable through `develop`: no hook there
+    editable_wheel = None
 
 PTH = "pcompile-startup.pth"
 
@@ -17,11 +21,11 @@ class build_py_with_pth(build_py):
 
     def run(self) -> None:
         super().run()
-        if not self.editable_mode:
+        if not getattr(self, "editable_mode", False):
             self.copy_file(PTH, str(Path(self.build_lib, PTH)), preserve_mode=False)
 
 
-class editable_wheel_with_pth(editable_wheel):
+class editable_wheel_with_pth(editable_wheel or object):  # type: ignore[misc]
     """An editable wheel holds only setuptools' own `.pth` and finder: add ours to it."""
 
     def _create_wheel_file(self, bdist_wheel):  # type: ignore[no-untyped-def]
@@ -39,4 +43,7 @@ class editable_wheel_with_pth(editable_wheel):
         return wheel_path
 
 
-setup(cmdclass={"build_py": build_py_with_pth, "editable_wheel": editable_wheel_with_pth})
+commands: dict[str, type] = {"build_py": build_py_with_pth}
+if editable_wheel is not None:
+    commands["editable_wheel"] = editable_wheel_with_pth
+setup(cmdclass=commands)
