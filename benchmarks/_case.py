@@ -178,6 +178,21 @@ def _time_cubin_loads() -> dict[str, float]:
     return tally
 
 
+def _ddp_start(torch, device: str) -> dict:  # type: ignore[no-untyped-def]
+    """BENCH_DDP=1 (the ddp scenario): join the job's process group before the model is built.
+    Ranks that share one GPU (no 2-GPU machine lent: N processes stand in for a node's ranks) use
+    gloo, since NCCL refuses two ranks on one device; with a GPU per rank, NCCL."""
+    import torch.distributed as dist
+
+    world, local = int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", "0"))
+    gpus = torch.cuda.device_count() if device == "cuda" else 0
+    if device == "cuda":
+        torch.cuda.set_device(local % gpus)
+    pg = "nccl" if device == "cuda" and gpus >= world else "gloo"
+    dist.init_process_group(pg)
+    return {"world_size": world, "process_group": pg, "gpus": gpus}
+
+
 def run(args: argparse.Namespace) -> dict:
     t_import = time.perf_counter()
     import torch
@@ -190,6 +205,9 @@ def run(args: argparse.Namespace) -> dict:
     device = args.device or ("cuda" if (torch.cuda.is_available() or warming) else "cpu")
     res: dict = {"model": args.model, "backend": args.backend, "device": device, "pid": os.getpid(),
                  "rank": os.environ.get("RANK"), "warming": warming, "torch": torch.__version__}
+    ddp = _ddp_start(torch, device) if os.environ.get("BENCH_DDP") == "1" and not warming else None
+    if ddp is not None:
+        res["ddp"] = ddp
     # The restart floor's parts (issue 21): interpreter start, `import torch`, CUDA init, model build.
     started = _process_started_wall()
     floor: dict[str, float] = {"import_torch_s": round(import_torch_s, 3)}
@@ -223,7 +241,12 @@ def run(args: argparse.Namespace) -> dict:
     if os.environ.get("BENCH_COMPILE_MODE"):  # e.g. max-autotune: steady state on tuned winners (issue 24 item 4)
         kwargs["mode"] = res["compile_mode"] = os.environ["BENCH_COMPILE_MODE"]
     t_compile = time.perf_counter()
-    cmodel = torch.compile(w.model, backend=backend, **kwargs)
+    target = w.model
+    if ddp is not None:  # torch's recommended order for DDP: wrap, then compile (DDPOptimizer splits by bucket)
+        from torch.nn.parallel import DistributedDataParallel
+
+        target = DistributedDataParallel(w.model, device_ids=[torch.cuda.current_device()] if device == "cuda" else None)
+    cmodel = torch.compile(target, backend=backend, **kwargs)
     res["compile_call_s"] = round(time.perf_counter() - t_compile, 4)
     opt = torch.optim.AdamW(w.model.parameters(), lr=1e-4, fused=(device == "cuda") or None)
     amp = args.amp if args.amp != "auto" else ("bf16" if device == "cuda" else "none")
@@ -331,6 +354,16 @@ def run(args: argparse.Namespace) -> dict:
     return res
 
 
+def _ddp_end() -> None:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:
+        pass
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True)
@@ -349,6 +382,7 @@ def main() -> int:
                "traceback": traceback.format_exc()[-4000:]}
         rc = 1
     res["process_wall_s"] = round(time.time() - T_START, 3)
+    _ddp_end()
     text = json.dumps(res, indent=1, default=str)
     if args.result and not res.get("warming"):
         args.result.parent.mkdir(parents=True, exist_ok=True)

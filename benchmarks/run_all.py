@@ -43,9 +43,9 @@ def main() -> int:
     ap.add_argument("--resume", action="store_true", help="skip scenario/model rows already in --out/results.json")
     args = ap.parse_args()
     names = [s.strip() for s in args.scenarios.split(",") if s.strip()]
-    bad = [s for s in names if s not in scenarios.SCENARIOS]
+    bad = [s for s in names if s not in scenarios.SCENARIOS + scenarios.EXTRA_SCENARIOS]
     if bad:
-        ap.error(f"unknown scenario(s) {bad}; choose from {', '.join(scenarios.SCENARIOS)}")
+        ap.error(f"unknown scenario(s) {bad}; choose from {', '.join(scenarios.SCENARIOS + scenarios.EXTRA_SCENARIOS)}")
     opts = scenarios.options(args, "gpt2,llama,resnet50")
     opts.deadline = time.monotonic() + args.budget_s
     args.out.mkdir(parents=True, exist_ok=True)

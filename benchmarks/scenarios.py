@@ -20,6 +20,8 @@ import _harness as H
 from _harness import Dirs, Launch, Options
 
 SCENARIOS = ("cold", "hot", "warm", "shared", "ranks", "remote")
+#: run only when named: `ddp` (--ranks N processes of one DDP job, restarted --repeats times)
+EXTRA_SCENARIOS = ("ddp",)
 
 
 class Services:
@@ -245,9 +247,9 @@ def _pc_next_job(p: Plan) -> dict:
     return p.one("pcompile-next-job", "pcompile", env)
 
 
-def _ranks(p: Plan, backend: str, label: str) -> list[dict]:
-    d = p.dirs(label)
-    launches = [p.launch(label, backend, d.env(), rank=r) for r in range(p.opts.ranks)]
+def _ranks(p: Plan, backend: str, label: str, dirs: str | None = None, extra: dict[str, str] | None = None) -> list[dict]:
+    d = p.dirs(dirs or label)
+    launches = [p.launch(label, backend, dict(d.env(), **(extra or {})), rank=r) for r in range(p.opts.ranks)]
     res = H.run_together(launches, p.opts)
     for r in res:
         if p.opts.verbose:
@@ -329,7 +331,8 @@ def _common(stock: dict, pc: dict) -> list[dict]:
 
 def scenario(name: str, p: Plan) -> dict:
     """Run one scenario for one model; returns its row (cases, ratios, notes)."""
-    fn = {"cold": _cold, "hot": _hot, "warm": _warm, "shared": _shared, "ranks": _ranks_scn, "remote": _remote}[name]
+    fn = {"cold": _cold, "hot": _hot, "warm": _warm, "shared": _shared, "ranks": _ranks_scn, "remote": _remote,
+          "ddp": _ddp_scn}[name]
     t0 = time.monotonic()
     cases, ratios, notes = fn(p)
     return {"scenario": name, "model": p.model, "steps": p.opts.steps, "seconds": round(time.monotonic() - t0, 1),
@@ -531,6 +534,49 @@ def _ranks_scn(p: Plan):
                a["machine_cpu_s_all"], None, "catches compile daemons that are no process's child"),
     ]
     cases = {"stock-cold": sc, "pcompile-cold": cc, "stock-ranks": sr, "pcompile-ranks": cr}
+    return cases, ratios, notes
+
+
+def _ddp_job(p: Plan, backend: str, label: str, dirs: str) -> list[dict]:
+    """One DDP job: --ranks processes of one process group, one cache dir per side (a node's)."""
+    port = str(H.free_port())
+    return _ranks(p, backend, label, dirs, {"BENCH_DDP": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
+
+
+def _ddp_scn(p: Plan):
+    """Issue 33's DDP row: a DDP job (DDP-wrapped, then compiled) cold on each side, then --repeats
+    restarts of each on its own caches, the order alternating. Judged on the slowest rank, as the
+    job waits for it: its first step (the `torch.compile` call included) and its process start to
+    the end of that step, medians of the restarts."""
+    n = p.opts.ranks
+    cases: dict[str, Any] = {"stock-ddp-cold": _ddp_job(p, "stock", "stock-ddp-cold", "stock-ddp"),
+                             "pcompile-ddp-cold": _ddp_job(p, "pcompile", "pcompile-ddp-cold", "pc-ddp")}
+    firsts: dict[str, list] = {"stock": [], "pcompile": []}
+    ends: dict[str, list] = {"stock": [], "pcompile": []}
+    for i in range(1, p.opts.repeats + 1):
+        if p.opts.time_left() < 90:
+            break
+        for side in (("stock", "pcompile") if i % 2 else ("pcompile", "stock")):
+            label = f"{side}-ddp-hot-r{i}"
+            cases[label] = rs = _ddp_job(p, side, label, "stock-ddp" if side == "stock" else "pc-ddp")
+            ok = [r for r in rs if not r.get("error")]
+            if len(ok) == n:
+                firsts[side].append(max(r["first_step_s"] for r in ok))
+                e = [(r.get("floor") or {}).get("process_to_first_step_end_s") for r in ok]
+                if None not in e:
+                    ends[side].append(max(e))
+    ratios = [_median_ratio(f"slowest rank's first step, pcompile / stock, DDP restart, {n} ranks (medians)",
+                            firsts["pcompile"], firsts["stock"], 0.5),
+              _median_ratio(f"slowest rank's process start to first step end, pcompile / stock, DDP restart (medians)",
+                            ends["pcompile"], ends["stock"], 0.7)]
+    r0 = [rs[0] for rs in (cases.get("stock-ddp-hot-r1"), cases.get("pcompile-ddp-hot-r1")) if rs]
+    if len(r0) == 2:
+        d = _loss_delta(r0[0], r0[1])
+        ratios.append({"name": "max abs loss difference, rank 0, first restart", "value": d, "target": None,
+                       "met": None, "note": "bf16 noise expected" if d is not None else "not measured"})
+    pg = next((r.get("ddp") for rs in cases.values() for r in rs if r.get("ddp")), None)
+    notes = [f"{n} ranks of one DDP job per side, process group {pg}", f"stock first steps {firsts['stock']}",
+             f"pcompile first steps {firsts['pcompile']}"]
     return cases, ratios, notes
 
 
