@@ -223,10 +223,10 @@ PROGRAMS = _declare("PCOMPILE_PROGRAMS", Bool(), True,
                     "cache, so a restart runs it without tracing (torch's caching precompile, keyed by the "
                     "torch.compile options and configs; a failing guard or an edited source traces again, a failing "
                     "guard named in the event log (`program_guard_failed`); frames "
-                    "DDP splits into buckets too). On an H200 a restart's first step with it: 0.56x stock hot for "
-                    "GPT-2, 0.56x Llama-style, 0.75x ResNet-50, 0.57x a 2-rank DDP nanoGPT (to the first step's "
+                    "DDP splits into buckets too). On an H200 a restart's first step with it: 0.31-0.40x stock hot for "
+                    "GPT-2, 0.50x Llama-style, 0.75x ResNet-50, 0.57x a 2-rank DDP nanoGPT (to the first step's "
                     "end). A warm writes them too, so the job after it skips Dynamo as well (after a warm: 0.47x stock hot for "
-                    "GPT-2, 0.77x Llama-style, 0.56x an unchanged nanoGPT train.py to its first step's end). A program keeps at most Dynamo's recompile_limit entries per "
+                    "GPT-2, 0.77x Llama-style, 0.54x an unchanged nanoGPT train.py to its first step's end). A program keeps at most Dynamo's recompile_limit entries per "
                     "code, and torch's caching precompile drops ID_MATCH guards. `0`: Dynamo traces every start")
 DDP_AUTOGRAD_CACHE = _declare(
     "PCOMPILE_DDP_AUTOGRAD_CACHE", Bool(), True,
