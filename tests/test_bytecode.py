@@ -11,18 +11,13 @@ from pathlib import Path
 import pytest
 
 from pcompile.inductor import bytecode
+from source_compiles import COUNT_SOURCE_COMPILES
 
 # counts the modules compiled from source after `import torch` (the autoload has run by then)
 PROBE = r"""
 import json, os, sys
 import torch
-import importlib._bootstrap_external as ext
-compiled = []
-original = ext.SourceLoader.source_to_code
-def counted(self, data, path, *args, **kwargs):
-    compiled.append(str(path))
-    return original(self, data, path, *args, **kwargs)
-ext.SourceLoader.source_to_code = counted
+""" + COUNT_SOURCE_COMPILES + r"""
 import torch._dynamo, torch._inductor.compile_fx
 sys.path.insert(0, os.environ["USER_DIR"])
 import user_module

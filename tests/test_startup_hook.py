@@ -14,19 +14,14 @@ from pathlib import Path
 import pytest
 
 from pcompile.startup import PTH_NAME
+from source_compiles import COUNT_SOURCE_COMPILES
 
 ROOT = Path(__file__).resolve().parents[1]
 
 # counts the modules compiled from source by the script's own `import torch`
 PROBE = r"""
 import json, sys
-import importlib._bootstrap_external as ext
-compiled = []
-original = ext.SourceLoader.source_to_code
-def counted(self, data, path, *args, **kwargs):
-    compiled.append(str(path))
-    return original(self, data, path, *args, **kwargs)
-ext.SourceLoader.source_to_code = counted
+""" + COUNT_SOURCE_COMPILES + r"""
 before = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "pcompile"))
 import torch
 print(json.dumps({"prefix": sys.pycache_prefix, "before": before,
