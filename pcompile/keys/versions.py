@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 
 def python_version() -> str:
@@ -61,13 +62,33 @@ def triton_build() -> str:
     except Exception:
         return "none"
     try:
-        import xxhash
+        from pcompile.keys import triton_memo
 
-        from pcompile.compat.triton_build import triton_key
+        version = str(triton.__version__)
 
-        return f"{triton.__version__}+{xxhash.xxh3_64_hexdigest(triton_key().encode())}"
+        def compute() -> str:
+            import xxhash
+
+            from pcompile.compat.triton_build import triton_key
+
+            return f"{version}+{xxhash.xxh3_64_hexdigest(triton_key().encode())}"
+
+        where, writable = _memo_dir()
+        return triton_memo.remembered(where, os.path.dirname(triton.__file__), version, compute, write=writable)
     except Exception as exc:
         return f"{getattr(triton, '__version__', '?')}+unknown:{type(exc).__name__}"
+
+
+def _memo_dir() -> tuple[Path | None, bool]:
+    """Where slow probes are remembered across processes (the cache dir; None where it cannot be
+    named), and whether they may be written there (not in a read-only cache)."""
+    try:
+        from pcompile.config import Settings
+
+        settings = Settings.from_env()
+        return settings.cache_dir, not settings.read_only
+    except Exception:
+        return None, False
 
 
 def _ptxas_path(arch: int | None = None) -> str | None:
