@@ -49,13 +49,15 @@ def test_a_second_process_reads_the_memo_instead_of_hashing(tmp_path: Path) -> N
     assert _probe(tmp_path, "no-hash") == first
 
 
-def test_the_memo_holds_what_hashing_gives() -> None:
+def test_the_memo_holds_what_hashing_gives(cache_env: dict[str, str]) -> None:
     import xxhash
 
     from pcompile.compat.triton_build import triton_key
 
     hashed = f"{triton.__version__}+{xxhash.xxh3_64_hexdigest(triton_key().encode())}"
-    assert _probe_value_in_process() == hashed
+    assert _probe_value_in_process() == hashed  # computed and written
+    assert _probe_value_in_process() == hashed  # read back
+    assert len(_memos(Path(cache_env["PCOMPILE_CACHE_DIR"]))) == 1
 
 
 def _probe_value_in_process() -> str:
