@@ -74,6 +74,22 @@ def hold_lease_then_hang(name: str) -> None:
     time.sleep(3600)
 
 
+def hold_then_publish(name: str, hold_s: float, publish: bool) -> None:
+    """Take the key's lease, say so, hold it for `hold_s`, then publish (or not: a failed
+    compile) and release it; prints the time of the release."""
+    store = store_from_env()
+    key, inputs = key_of(name)
+    lease = store.acquire_or_wait(key, wait_timeout=5)
+    assert lease is not None and not isinstance(lease, Entry)
+    print("HOLDING", flush=True)
+    time.sleep(hold_s)
+    if publish:
+        store.put(Entry(key, {"code": payload(name, 1000)}, inputs))
+    lease.release()
+    print(json.dumps({"released": time.time()}), flush=True)
+    store.close()
+
+
 def main() -> None:
     mode = sys.argv[1]
     if mode == "hammer":
@@ -84,6 +100,8 @@ def main() -> None:
         publish_forever(int(sys.argv[2]))
     elif mode == "hold":
         hold_lease_then_hang(sys.argv[2])
+    elif mode == "hold_then_publish":
+        hold_then_publish(sys.argv[2], float(sys.argv[3]), sys.argv[4] == "publish")
     else:
         raise SystemExit(f"unknown mode {mode}")
 

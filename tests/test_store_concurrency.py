@@ -9,6 +9,9 @@ from collections import Counter
 from pathlib import Path
 
 from conftest import REPO, child_env
+from store_worker import payload
+
+from pcompile.store.entry import Entry
 
 WORKER = str(REPO / "tests" / "store_worker.py")
 
@@ -50,3 +53,54 @@ def test_16_processes_single_flight_and_identical_bytes(tmp_path: Path) -> None:
     )
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert list((tmp_path / "shared" / "store" / "tmp").iterdir()) == []
+
+
+def _waiter_against_holder(tmp_path: Path, publish: bool, monkeypatch) -> tuple[object, float, float]:
+    """A holder process on this node's disk; this process waits on its lease with a first
+    back-off of 30 s. Returns (what the wait gave, seconds from the holder's release to it, and
+    the waiter's CPU seconds while it waited)."""
+    import resource
+
+    from pcompile.config import Settings
+    from pcompile.store.compose import open_store
+
+    env = {"PCOMPILE_CACHE_DIR": str(tmp_path / "node"), "PCOMPILE_EVENTS": "0"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("PCOMPILE_SHARED_DIR", raising=False)
+    monkeypatch.delenv("PCOMPILE_REMOTE", raising=False)
+    holder = subprocess.Popen([sys.executable, WORKER, "hold_then_publish", "k", "2.0", "publish" if publish else "fail"],
+                              env=child_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "HOLDING", holder.stderr.read()
+        sys.path.insert(0, str(REPO / "tests"))
+        from store_worker import key_of
+
+        store = open_store(Settings.from_env())
+        cpu0 = sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
+        got = store.acquire_or_wait(key_of("k")[0], poll=30.0)
+        woke, cpu = time.time(), sum(resource.getrusage(resource.RUSAGE_SELF)[:2]) - cpu0
+        released = json.loads(holder.stdout.readline())["released"]
+        if got is not None and not isinstance(got, Entry):
+            got.release()
+        store.close()
+    finally:
+        holder.kill()
+        holder.wait()
+    return got, woke - released, cpu
+
+
+def test_a_waiter_on_this_node_wakes_at_the_release_not_at_its_backed_off_look(tmp_path: Path, monkeypatch) -> None:
+    """The waiter's next full look is 30 s away; the holder publishes and releases after 2 s.
+    It must return the entry right after the release (a stat of the lease file between looks),
+    and spend little CPU while it waits."""
+    got, late, cpu = _waiter_against_holder(tmp_path, publish=True, monkeypatch=monkeypatch)
+    assert isinstance(got, Entry) and got.blobs["code"] == payload("k", 1000)
+    assert late < 5.0, f"woke {late:.1f} s after the release: it waited for its backed-off look"
+    assert cpu < 1.0, f"{cpu:.2f} CPU-s spent waiting 2 s"
+
+
+def test_a_holder_that_fails_hands_the_lease_to_the_waiter_at_once(tmp_path: Path, monkeypatch) -> None:
+    got, late, _ = _waiter_against_holder(tmp_path, publish=False, monkeypatch=monkeypatch)
+    assert got is not None and not isinstance(got, Entry), "the waiter must get the lease, to compile itself"
+    assert late < 5.0, f"took the lease {late:.1f} s after the release"
