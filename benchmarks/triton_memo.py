@@ -30,7 +30,8 @@ print(json.dumps({"s": time.perf_counter() - t0, "value": value}))
 
 def _one(cache: Path) -> dict:
     env = {**os.environ, "PCOMPILE_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, env=env, timeout=300, check=True)
+    out = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, env=env, timeout=300, check=True,
+                         cwd=cache.parent)  # not a checkout, whose pcompile `-c` would import first
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

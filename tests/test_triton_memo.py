@@ -9,12 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import child_env
 
 from pcompile.keys import triton_memo
 
 triton = pytest.importorskip("triton")
-
-ROOT = Path(__file__).resolve().parent.parent
 
 #: a process that prints triton_build(), optionally with Triton's own key made to fail
 _PROBE = """
@@ -30,8 +29,8 @@ print(versions.triton_build())
 
 
 def _probe(cache: Path, mode: str, **env: str) -> str:
-    full = {**os.environ, "PCOMPILE_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT), **env}
-    out = subprocess.run([sys.executable, "-c", _PROBE, mode], capture_output=True, text=True, env=full, timeout=120)
+    out = subprocess.run([sys.executable, "-c", _PROBE, mode], capture_output=True, text=True,
+                         env=child_env({"PCOMPILE_CACHE_DIR": str(cache), **env}), timeout=120)
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
 

@@ -24,27 +24,24 @@ FOLDER = "probes"
 #: what triton_build() returns: "<version>+<xxh3-64 of triton_key()>"
 _WELL_FORMED = re.compile(r"^[0-9A-Za-z.+_-]+\+[0-9a-f]{16}$")
 
-#: the parts of the package triton_key() reads (its sources, backends and libtriton)
-_HASHED = ("compiler", "backends", "language", "runtime", "_C")
-
 
 def signature(root: str, version: str) -> str:
-    """xxh3 over (relative path, size, mtime_ns) of every .py and shared library under `root`'s
-    hashed parts; any change to one of them, an added or removed file included, changes it."""
+    """xxh3 over (relative path, size, mtime_ns) of every .py and shared library in the package at
+    `root` (a superset of what triton_key() reads, whichever Triton version decides that); any
+    change to one of them, an added or removed file included, changes it. ~5 ms."""
     h = xxhash.xxh3_64()
     h.update(f"{os.path.abspath(root)}\0{version}\0".encode())
-    for part in _HASHED:
-        for folder, dirs, files in os.walk(os.path.join(root, part)):
-            dirs.sort()
-            for name in sorted(files):
-                if not (name.endswith(".py") or ".so" in name):
-                    continue
-                path = os.path.join(folder, name)
-                try:
-                    st = os.stat(path)
-                except OSError:
-                    continue
-                h.update(f"{os.path.relpath(path, root)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    for folder, dirs, files in os.walk(root):
+        dirs.sort()
+        for name in sorted(files):
+            if not (name.endswith(".py") or ".so" in name):
+                continue
+            path = os.path.join(folder, name)
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            h.update(f"{os.path.relpath(path, root)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     return h.hexdigest()
 
 
@@ -71,6 +68,7 @@ def remembered(cache_dir: Path | None, root: str, version: str, compute: Callabl
 
 
 def _write(path: Path, value: str) -> None:
+    """tmp + rename (store/fsio.atomic_write's way; keys may not import the store, which imports keys)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
